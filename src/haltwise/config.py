@@ -1,0 +1,61 @@
+"""Frozen configuration dataclasses: what the model is, and how the engine may use memory."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """Architecture of a Llama-family model, as read from GGUF metadata or config.json."""
+
+    vocab_size: int
+    hidden_size: int
+    intermediate_size: int
+    num_layers: int
+    num_heads: int
+    num_kv_heads: int           # grouped-query attention: num_heads % num_kv_heads == 0
+    head_dim: int
+    max_position_embeddings: int  # the trained window
+    rope_theta: float = 10000.0
+    rms_norm_eps: float = 1e-5
+    tie_word_embeddings: bool = False
+    rope_scaling: dict[str, Any] | None = None  # Hugging Face `rope_scaling` dict, or None
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()        # from the model/generation config only
+
+    def __post_init__(self) -> None:
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads {self.num_heads} not divisible by num_kv_heads {self.num_kv_heads}")
+
+    def kv_bytes_per_token(self, dtype: str) -> int:
+        """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * DTYPE_BYTES[dtype]
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    """How the engine schedules and how much KV memory it may hold."""
+
+    dtype: str = "float32"              # compute and KV dtype (see README: measured per phase)
+    block_size: int = 16                # tokens per KV block
+    kv_cache_memory: int = 512 * 2**20  # bytes for the whole KV pool (K and V, all layers)
+    max_model_len: int | None = None    # None = the model's trained window (or what rope scaling allows)
+    max_num_seqs: int = 64              # sequences per step
+    max_num_batched_tokens: int = 512   # token budget per step (decodes first, then prefill chunks)
+    enable_chunked_prefill: bool = True  # split long prompts across steps
+    enable_prefix_caching: bool = True  # share full prompt blocks by content hash
+    max_queue: int = 256                # waiting requests beyond which admission rejects at once
+    watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
+    num_threads: int | None = None      # torch intra-op threads; None = all cores
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPE_BYTES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
+            raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be >= 1")
+        if not 0.0 < self.watermark <= 1.0:
+            raise ValueError(f"watermark must be in (0, 1], got {self.watermark}")

@@ -1,0 +1,117 @@
+"""Per-request generation parameters, validated once at construction (vLLM-shaped)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
+MAX_STOP_STRING_LEN = 256  # characters per stop string
+STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn")
+
+
+class ParamError(ValueError):
+    """An invalid parameter; `param` names the offending field (OpenAI error `param`)."""
+
+    def __init__(self, param: str, message: str):
+        super().__init__(message)
+        self.param = param
+
+
+@dataclass(frozen=True)
+class RepetitionDetection:
+    """Loop detector: stop when the tail repeats a pattern of 1..max_period tokens min_repeats times."""
+
+    enabled: bool = True
+    max_period: int = 64   # longest repeating pattern looked for, in tokens
+    min_repeats: int = 4   # consecutive copies of the pattern that count as a loop
+    min_tokens: int = 16   # a loop must cover at least this many tokens (avoids "!!!!" style false hits)
+
+    def __post_init__(self) -> None:
+        if self.max_period < 1 or self.min_repeats < 2 or self.min_tokens < 1:
+            raise ParamError("repetition_detection", "max_period >= 1, min_repeats >= 2, min_tokens >= 1 required")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    n: int = 1
+    temperature: float = 1.0            # 0 = greedy
+    top_p: float = 1.0                  # in (0, 1]
+    top_k: int = -1                     # -1 or 0 = off
+    min_p: float = 0.0                  # in [0, 1]
+    seed: int | None = None             # same seed + same prompt = same output
+    repetition_penalty: float = 1.0     # > 0; 1 = off (HF semantics: divide positive logits)
+    frequency_penalty: float = 0.0      # in [-2, 2] (OpenAI semantics)
+    presence_penalty: float = 0.0       # in [-2, 2]
+    max_tokens: int | None = 16         # None = the rest of the context window
+    min_tokens: int = 0                 # eos, stop tokens and stop strings ignored until this many tokens
+    stop: tuple[str, ...] = ()
+    stop_token_ids: tuple[int, ...] = ()
+    stop_presets: tuple[str, ...] = ()  # structural stops: see STOP_PRESETS
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    repetition_detection: RepetitionDetection = field(default_factory=RepetitionDetection)
+    timeout: float | None = None        # seconds from arrival; None = the engine default
+    logprobs: int | None = None         # top logprobs per generated token
+    truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
+
+    def __post_init__(self) -> None:
+        # Normalise list-like inputs so the dataclass stays hashable and immutable.
+        if isinstance(self.stop, str):
+            object.__setattr__(self, "stop", (self.stop,))
+        object.__setattr__(self, "stop", tuple(self.stop or ()))
+        object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
+        object.__setattr__(self, "stop_presets", tuple(self.stop_presets or ()))
+        self._validate()
+
+    def _validate(self) -> None:
+        def need(ok: bool, param: str, message: str) -> None:
+            if not ok:
+                raise ParamError(param, message)
+
+        need(_is_int(self.n) and self.n >= 1, "n", f"n must be an integer >= 1, got {self.n!r}")
+        need(_is_num(self.temperature) and 0.0 <= self.temperature <= 2.0, "temperature",
+             f"temperature must be in [0, 2], got {self.temperature!r}")
+        need(_is_num(self.top_p) and 0.0 < self.top_p <= 1.0, "top_p", f"top_p must be in (0, 1], got {self.top_p!r}")
+        need(_is_int(self.top_k) and self.top_k >= -1, "top_k", f"top_k must be -1 (off) or >= 0, got {self.top_k!r}")
+        need(_is_num(self.min_p) and 0.0 <= self.min_p <= 1.0, "min_p", f"min_p must be in [0, 1], got {self.min_p!r}")
+        need(self.seed is None or _is_int(self.seed), "seed", f"seed must be an integer, got {self.seed!r}")
+        need(_is_num(self.repetition_penalty) and 0.0 < self.repetition_penalty <= 10.0, "repetition_penalty",
+             f"repetition_penalty must be in (0, 10], got {self.repetition_penalty!r}")
+        for name in ("frequency_penalty", "presence_penalty"):
+            value = getattr(self, name)
+            need(_is_num(value) and -2.0 <= value <= 2.0, name, f"{name} must be in [-2, 2], got {value!r}")
+        need(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
+             f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        need(_is_int(self.min_tokens) and self.min_tokens >= 0, "min_tokens",
+             f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
+        need(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",
+             f"min_tokens ({self.min_tokens}) must not exceed max_tokens ({self.max_tokens})")
+        need(len(self.stop) <= MAX_STOP_STRINGS, "stop", f"at most {MAX_STOP_STRINGS} stop strings, got {len(self.stop)}")
+        for s in self.stop:
+            need(isinstance(s, str), "stop", f"stop strings must be strings, got {s!r}")
+            need(s != "", "stop", "stop strings must not be empty")
+            need(len(s) <= MAX_STOP_STRING_LEN, "stop",
+                 f"stop strings must be at most {MAX_STOP_STRING_LEN} characters, got {len(s)}")
+        for t in self.stop_token_ids:
+            need(_is_int(t) and t >= 0, "stop_token_ids", f"stop_token_ids must be non-negative integers, got {t!r}")
+        for p in self.stop_presets:
+            need(p in STOP_PRESETS, "stop_presets", f"unknown stop preset {p!r}; known: {', '.join(STOP_PRESETS)}")
+        need(self.timeout is None or (_is_num(self.timeout) and self.timeout > 0), "timeout",
+             f"timeout must be a positive number of seconds, got {self.timeout!r}")
+        need(self.logprobs is None or (_is_int(self.logprobs) and 0 <= self.logprobs <= 20), "logprobs",
+             f"logprobs must be an integer in [0, 20], got {self.logprobs!r}")
+        need(self.truncate_prompt_tokens is None or (_is_int(self.truncate_prompt_tokens)
+                                                     and self.truncate_prompt_tokens >= 1),
+             "truncate_prompt_tokens", f"truncate_prompt_tokens must be an integer >= 1, got {self.truncate_prompt_tokens!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0.0 or self.top_k == 1
+
+
+def _is_int(x: object) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+def _is_num(x: object) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and x == x  # rejects NaN

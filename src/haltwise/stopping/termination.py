@@ -1,0 +1,78 @@
+"""The termination record: why a generation ended, in OpenAI, vLLM and haltwise terms."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class Layer(str, Enum):
+    """The five layers of SPEC §2, strongest guarantee first."""
+
+    SYSTEM = "system"
+    ENGINE = "engine"
+    BUSINESS = "business"
+    RULE = "rule"
+    MODEL = "model"
+
+
+class Reason(str, Enum):
+    EOS = "eos"
+    STOP_STRING = "stop_string"
+    STOP_TOKEN = "stop_token"
+    MAX_TOKENS = "max_tokens"
+    CONTEXT_LIMIT = "context_limit"
+    REPETITION = "repetition"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
+    ERROR = "error"
+
+    @property
+    def layer(self) -> Layer:
+        return _LAYER[self]
+
+    @property
+    def finish_reason(self) -> str | None:
+        """OpenAI finish_reason: complete text is "stop", a cut text is "length"."""
+        return _FINISH[self]
+
+
+_LAYER = {
+    Reason.TIMEOUT: Layer.SYSTEM, Reason.CANCELLED: Layer.SYSTEM, Reason.ERROR: Layer.SYSTEM,
+    Reason.MAX_TOKENS: Layer.ENGINE, Reason.CONTEXT_LIMIT: Layer.ENGINE,
+    Reason.STOP_STRING: Layer.BUSINESS, Reason.STOP_TOKEN: Layer.BUSINESS,
+    Reason.REPETITION: Layer.RULE,
+    Reason.EOS: Layer.MODEL,
+}
+_FINISH = {
+    Reason.TIMEOUT: "length", Reason.CANCELLED: None, Reason.ERROR: "error",
+    Reason.MAX_TOKENS: "length", Reason.CONTEXT_LIMIT: "length",
+    Reason.STOP_STRING: "stop", Reason.STOP_TOKEN: "stop", Reason.REPETITION: "stop", Reason.EOS: "stop",
+}
+
+
+@dataclass(frozen=True)
+class Termination:
+    """Why and where a sequence ended.
+
+    token_index: index (in the output tokens) of the last token that counts, or -1 if none.
+    char_offset: length of the returned text where it was cut (the stop string's start, or the end).
+    stop_reason: vLLM's field: the matched stop string or stop token id, else None.
+    """
+
+    reason: Reason
+    detail: str = ""
+    token_index: int = -1
+    char_offset: int = 0
+    stop_reason: str | int | None = None
+
+    @property
+    def layer(self) -> Layer:
+        return self.reason.layer
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.reason.finish_reason
+
+    def to_dict(self) -> dict:
+        return {"reason": self.reason.value, "layer": self.layer.value, "detail": self.detail,
+                "token_index": self.token_index, "char_offset": self.char_offset}
