@@ -1,0 +1,52 @@
+"""What the engine hands back: per request, one CompletionOutput per sequence (vLLM-shaped)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from haltwise.stopping.termination import Termination
+
+
+@dataclass
+class TokenLogprob:
+    token_id: int
+    logprob: float
+    top: list[tuple[int, float]] = field(default_factory=list)  # (token_id, logprob), best first
+
+
+@dataclass
+class CompletionOutput:
+    index: int
+    text: str = ""                      # released text so far (final text once finished)
+    token_ids: list[int] = field(default_factory=list)  # output tokens so far (after stop truncation)
+    delta_text: str = ""                # text released by this update (streams concatenate these)
+    delta_token_ids: list[int] = field(default_factory=list)
+    logprobs: list[TokenLogprob] | None = None
+    delta_logprobs: list[TokenLogprob] | None = None
+    termination: Termination | None = None
+
+    @property
+    def finished(self) -> bool:
+        return self.termination is not None
+
+    @property
+    def finish_reason(self) -> str | None:
+        return self.termination.finish_reason if self.termination else None
+
+    @property
+    def stop_reason(self) -> str | int | None:
+        return self.termination.stop_reason if self.termination else None
+
+
+@dataclass
+class RequestOutput:
+    request_id: str
+    prompt_token_ids: list[int]
+    outputs: list[CompletionOutput]
+    num_truncated_prompt_tokens: int = 0   # > 0 only when truncate_prompt_tokens asked for it
+    num_cached_tokens: int = 0             # prompt tokens served from the prefix cache
+    first_token_latency: float | None = None  # seconds from arrival to first token
+    latency: float | None = None           # seconds from arrival to finish
+
+    @property
+    def finished(self) -> bool:
+        return all(o.finished for o in self.outputs)
