@@ -10,13 +10,22 @@ Layout of one layer's cache (K and V alike):
 
 A step's tokens are concatenated: sequence s owns rows query_start_loc[s]:query_start_loc[s+1],
 which are its last (query_len) positions; its context is positions 0..seq_lens[s]-1.
+Decodes (query_len 1) are attended in one padded batch; each prefill chunk on its own, so a
+long prompt never pads the decodes' queries.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
+
+
+@dataclass
+class _PrefillPlan:
+    rows: slice                      # this sequence's rows in the flat batch
+    slots: torch.Tensor              # (L,) cache slots of its context (this chunk included)
+    mask: torch.Tensor | None        # (Q, L) bool, True = may attend; None = no earlier context (plain causal)
 
 
 @dataclass
@@ -26,9 +35,11 @@ class AttentionMetadata:
     seq_lens: list[int]                 # (B,) context length after this step's tokens are written
     block_tables: torch.Tensor          # (B, max_blocks) long, padded with 0
     block_size: int
-    # Precomputed once per step (shared by all layers) for the batched gather:
-    gather_slots: torch.Tensor | None = None  # (B, max_len) long: cache slot of each context position
-    attn_mask: torch.Tensor | None = None     # (B, 1, max_q, max_len) bool: True = may attend
+    # Built once per step by prepare() and shared by every layer:
+    decode_rows: torch.Tensor | None = None    # (Bd,) flat rows of the decoding sequences
+    decode_slots: torch.Tensor | None = None   # (Bd, Ld) cache slot of each context position
+    decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, Ld) bool, True = may attend (None = no padding)
+    prefills: list[_PrefillPlan] = field(default_factory=list)
 
     @property
     def num_seqs(self) -> int:
@@ -39,19 +50,31 @@ class AttentionMetadata:
         q = self.query_start_loc
         return [q[i + 1] - q[i] for i in range(len(q) - 1)]
 
-    def prepare(self, device: torch.device | str = "cpu") -> "AttentionMetadata":
-        """Build the gather indices and the causal/padding mask shared by every layer."""
-        max_len = max(self.seq_lens)
-        max_q = max(self.query_lens)
-        pos = torch.arange(max_len, device=device)                                  # (L,)
-        blocks = self.block_tables[:, torch.clamp(pos // self.block_size, max=self.block_tables.shape[1] - 1)]
-        self.gather_slots = blocks * self.block_size + pos % self.block_size         # (B, L)
-        seq_lens = torch.tensor(self.seq_lens, device=device)
-        q_lens = torch.tensor(self.query_lens, device=device)
-        # Query row j of sequence s sits at absolute position seq_len - q_len + j (rows past q_len are padding).
-        q_pos = (seq_lens - q_lens)[:, None] + torch.arange(max_q, device=device)[None, :]   # (B, Q)
-        self.attn_mask = (pos[None, None, :] <= q_pos[:, :, None]) & (pos[None, None, :] < seq_lens[:, None, None])
-        self.attn_mask = self.attn_mask[:, None]                                     # (B, 1, Q, L)
+    def _slots(self, seq: int, length: int) -> torch.Tensor:
+        pos = torch.arange(length)
+        return self.block_tables[seq, pos // self.block_size] * self.block_size + pos % self.block_size
+
+    def prepare(self) -> "AttentionMetadata":
+        """Split the batch into one decode group and per-sequence prefill plans."""
+        q_lens, starts = self.query_lens, self.query_start_loc
+        decodes = [s for s, n in enumerate(q_lens) if n == 1]
+        if decodes:
+            lens = torch.tensor([self.seq_lens[s] for s in decodes])
+            max_len = int(lens.max())
+            pos = torch.arange(max_len)
+            tables = self.block_tables[decodes]                                          # (Bd, nb)
+            self.decode_rows = torch.tensor([starts[s] for s in decodes])
+            self.decode_slots = tables[:, pos // self.block_size] * self.block_size + pos % self.block_size
+            self.decode_mask = None if bool((lens == max_len).all()) else (pos[None, :] < lens[:, None])[:, None, None, :]
+        self.prefills = []
+        for s, n in enumerate(q_lens):
+            if n == 1:
+                continue
+            past = self.seq_lens[s] - n                      # tokens already in the cache before this chunk
+            rows = slice(starts[s], starts[s + 1])
+            # Query j sits at position past + j and sees positions 0..past + j.
+            mask = None if past == 0 else torch.arange(self.seq_lens[s])[None, :] <= (past + torch.arange(n))[:, None]
+            self.prefills.append(_PrefillPlan(rows, self._slots(s, self.seq_lens[s]), mask))
         return self
 
 
@@ -62,28 +85,32 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
     v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
 
 
-def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor,
-                    meta: AttentionMetadata, scale: float) -> torch.Tensor:
-    """q: (T, heads, head_dim) -> (T, heads, head_dim). The new K/V must already be written."""
-    num_heads, head_dim = q.shape[1], q.shape[2]
-    lens = meta.query_lens
-    batch, max_q = len(lens), max(lens)
-    flat_k = k_cache.view(-1, *k_cache.shape[2:])
+def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
+                    scale: float, k: torch.Tensor | None = None, v: torch.Tensor | None = None) -> torch.Tensor:
+    """q: (T, heads, D) -> (T, heads, D). This step's K/V must already be written to the cache.
+
+    Passing this step's k, v (T, kv_heads, D) lets a prefill chunk with no earlier context attend
+    to them directly instead of reading them back from the cache.
+    """
+    out = torch.empty_like(q)
+    flat_k = k_cache.view(-1, *k_cache.shape[2:])          # (slots, kv_heads, D)
     flat_v = v_cache.view(-1, *v_cache.shape[2:])
-    keys = flat_k[meta.gather_slots].transpose(1, 2)      # (B, kv_heads, L, D)
-    values = flat_v[meta.gather_slots].transpose(1, 2)    # (B, kv_heads, L, D)
-    if max_q == 1:  # all decodes: no padding of queries needed
-        queries = q.view(batch, 1, num_heads, head_dim).transpose(1, 2)  # (B, H, 1, D)
-    else:
-        queries = q.new_zeros(batch, max_q, num_heads, head_dim)
-        starts = meta.query_start_loc
-        for s in range(batch):
-            queries[s, : lens[s]] = q[starts[s]: starts[s + 1]]
-        queries = queries.transpose(1, 2)                                 # (B, H, Q, D)
-    out = F.scaled_dot_product_attention(queries.to(keys.dtype), keys, values, attn_mask=meta.attn_mask,
-                                         scale=scale, enable_gqa=True)    # (B, H, Q, D)
-    out = out.transpose(1, 2)                                             # (B, Q, H, D)
-    if max_q == 1:
-        return out.reshape(batch, num_heads, head_dim)
-    rows = [out[s, : lens[s]] for s in range(batch)]
-    return torch.cat(rows, dim=0)
+    if meta.decode_rows is not None:
+        queries = q[meta.decode_rows].unsqueeze(2)          # (Bd, H, 1, D)
+        keys = flat_k[meta.decode_slots].transpose(1, 2)    # (Bd, KVH, Ld, D)
+        values = flat_v[meta.decode_slots].transpose(1, 2)
+        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.decode_mask,
+                                           scale=scale, enable_gqa=True)  # (Bd, H, 1, D)
+        out[meta.decode_rows] = o.squeeze(2)
+    for plan in meta.prefills:
+        queries = q[plan.rows].transpose(0, 1)              # (H, Q, D)
+        if plan.mask is None and k is not None and v is not None:
+            keys, values = k[plan.rows].transpose(0, 1), v[plan.rows].transpose(0, 1)  # (KVH, Q, D)
+            o = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale, enable_gqa=True)
+        else:
+            keys = flat_k[plan.slots].transpose(0, 1)       # (KVH, L, D)
+            values = flat_v[plan.slots].transpose(0, 1)
+            o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask,
+                                               is_causal=plan.mask is None, scale=scale, enable_gqa=True)
+        out[plan.rows] = o.transpose(0, 1)                  # (Q, H, D)
+    return out
