@@ -11,11 +11,13 @@ import torch
 
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.faults import maybe_wrap
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
 from haltwise.engine.model_runner import BatchRow, ModelRunner
 from haltwise.engine.request_state import RequestState, SeqOutputState
 from haltwise.engine.sampler import Sampler
-from haltwise.engine.scheduler import AdmissionError, Scheduler
+from haltwise.engine.admission import AdmissionError
+from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
 from haltwise.errors import ContextLengthExceeded, InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
@@ -61,12 +63,12 @@ class LLMEngine:
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
                                         engine_config.enable_prefix_caching)
         self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
-        self.runner = ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.dtype),
-                                  engine_config.block_size)
+        self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.dtype),
+                                             engine_config.block_size))
         self.sampler = Sampler()
         self.requests: dict[str, RequestState] = {}
         self._seq_ids = itertools.count()
-        self._aborts: set[str] = set()
+        self._aborts: dict[str, Termination] = {}
         self._lock = threading.Lock()         # guards _aborts; everything else is touched by the engine thread only
         self.consecutive_failures = 0            # read by the circuit breaker
         self.last_step_error: Exception | None = None
@@ -136,10 +138,13 @@ class LLMEngine:
                               generator, CompletionOutput(index=index),
                               logprobs=[] if params.logprobs is not None else None)
 
-    def abort(self, request_id: str) -> None:
-        """Thread-safe; applied between steps (SPEC §2: a token in flight is delivered once or not at all)."""
+    def abort(self, request_id: str, termination: Termination | None = None) -> None:
+        """Thread-safe; applied between steps (SPEC §2: a token in flight is delivered once or not at all).
+
+        termination defaults to reason cancelled; the watchdog passes reason error for a hung step.
+        """
         with self._lock:
-            self._aborts.add(request_id)
+            self._aborts.setdefault(request_id, termination or Termination(Reason.CANCELLED, "request aborted"))
 
     # ---- the step ----------------------------------------------------------------------------------------------
     def has_unfinished(self) -> bool:
@@ -182,7 +187,7 @@ class LLMEngine:
 
     def _apply_aborts_and_deadlines(self) -> None:
         with self._lock:
-            aborts, self._aborts = self._aborts, set()
+            aborts, self._aborts = self._aborts, {}
         now = time.monotonic()
         for request in list(self.requests.values()):
             for state in request.seqs:
@@ -190,7 +195,7 @@ class LLMEngine:
                 if seq.is_finished:
                     continue
                 if request.request_id in aborts:
-                    self._finish(state, Termination(Reason.CANCELLED, "request aborted by the client"))
+                    self._finish(state, aborts[request.request_id])
                 elif seq.deadline is not None and now >= seq.deadline:
                     timeout = seq.deadline - seq.arrival_time
                     self._finish(state, Termination(Reason.TIMEOUT, f"deadline of {timeout:g}s passed"))

@@ -1,0 +1,213 @@
+"""The asyncio face of the engine: one background engine thread, requests in, RequestOutput updates out.
+
+    event loop (server)                     engine thread
+    generate() --submit--> inbox ---------> add_request (admission; error -> future)
+               <--future-- ...               step() -> updates
+    queue.get() <--call_soon_threadsafe---- deliver(update)
+    close/cancel --abort------------------> applied before the next step
+
+A watchdog thread ends the requests of a step that makes no progress within `watchdog_s` (reason
+error) and counts it as a failure for the circuit breaker; the engine thread never dies of an exception.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import threading
+import time
+from dataclasses import dataclass, replace
+from typing import AsyncIterator
+
+from haltwise.config import EngineConfig
+from haltwise.engine.breaker import CircuitBreaker
+from haltwise.engine.engine import EngineStats, LLMEngine
+from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
+from haltwise.outputs import RequestOutput
+from haltwise.sampling_params import SamplingParams
+from haltwise.stopping.termination import Reason, Termination
+
+log = logging.getLogger("haltwise.engine")
+
+
+@dataclass
+class _Submission:
+    request_id: str
+    prompt_token_ids: list[int]
+    params: SamplingParams
+    accepted: asyncio.Future
+
+
+class AsyncEngine:
+    def __init__(self, engine: LLMEngine, watchdog_s: float = 30.0, breaker: CircuitBreaker | None = None):
+        self.engine = engine
+        self.tokenizer = engine.tokenizer
+        self.model_config = engine.model_config
+        self.engine_config = engine.config
+        self.max_model_len = engine.max_model_len
+        self.watchdog_s = watchdog_s           # a step running longer than this is declared hung
+        self.breaker = breaker or CircuitBreaker()
+        self._inbox: queue.SimpleQueue[_Submission] = queue.SimpleQueue()
+        self._streams: dict[str, asyncio.Queue] = {}
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._accepting = False
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._threads: list[threading.Thread] = []
+        self._step_started: float | None = None     # monotonic start of the step in flight
+        self._step_requests: list[str] = []         # request ids in the step in flight
+        self._stats = replace(engine.stats())
+
+    @classmethod
+    def build(cls, model: str | None = None, engine_config: EngineConfig | None = None,
+              rope_scaling: dict | None = None, default_timeout: float | None = None, tiny: bool = False,
+              watchdog_s: float = 30.0, breaker_threshold: int = 3, breaker_cooldown_s: float = 5.0) -> "AsyncEngine":
+        from haltwise.engine.factory import build_engine
+
+        engine = build_engine(model, engine_config, rope_scaling=rope_scaling, default_timeout=default_timeout, tiny=tiny)
+        return cls(engine, watchdog_s, CircuitBreaker(breaker_threshold, breaker_cooldown_s))
+
+    # ---- lifecycle ---------------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self._accepting = True
+        for target, name in ((self._run, "haltwise-engine"), (self._watch, "haltwise-watchdog")):
+            thread = threading.Thread(target=target, name=name, daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    async def shutdown(self, grace: float = 10.0) -> None:
+        """Stop admitting; let in-flight requests finish for up to `grace` seconds, then cancel the rest."""
+        self._accepting = False
+        deadline = time.monotonic() + grace
+        while self._streams and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        for request_id in list(self._streams):
+            self.engine.abort(request_id, Termination(Reason.CANCELLED, "server shutting down"))
+        self._wake.set()
+        while self._streams and time.monotonic() < deadline + 2.0:
+            await asyncio.sleep(0.05)
+        self._stop.set()
+        self._wake.set()
+
+    @property
+    def ready(self) -> bool:
+        return self._accepting and self.breaker.allows_requests() and all(t.is_alive() for t in self._threads)
+
+    def describe(self) -> str:
+        return self.engine.describe()
+
+    def stats(self) -> EngineStats:
+        return replace(self._stats, breaker_state=int(self.breaker.state))
+
+    # ---- requests ----------------------------------------------------------------------------------------------
+    async def generate(self, request_id: str, prompt_token_ids: list[int],
+                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
+        """Raises a HaltwiseError before the first update if the request is refused. Closing the
+        generator early (client gone) aborts the request: reason cancelled, blocks freed."""
+        if not self._accepting:
+            raise Overloaded("The server is shutting down.", retry_after=5.0)
+        if not self.breaker.allows_requests():
+            raise Overloaded("The engine is failing repeatedly (circuit breaker open); retry later.",
+                             retry_after=self.breaker.retry_after())
+        if request_id in self._streams:
+            raise HaltwiseError(f"Duplicate request id {request_id!r}.", param="request_id")
+        updates: asyncio.Queue = asyncio.Queue()
+        accepted = asyncio.get_running_loop().create_future()
+        self._streams[request_id] = updates
+        finished = False
+        try:
+            self._inbox.put(_Submission(request_id, list(prompt_token_ids), params, accepted))
+            self._wake.set()
+            await accepted
+            while True:
+                item = await updates.get()
+                if isinstance(item, Exception):
+                    finished = True
+                    raise item
+                finished = item.finished
+                yield item
+                if finished:
+                    return
+        finally:
+            self._streams.pop(request_id, None)
+            if not finished:
+                self.engine.abort(request_id)
+                self._wake.set()
+
+    def abort(self, request_id: str) -> None:
+        self.engine.abort(request_id)
+        self._wake.set()
+
+    # ---- engine thread -----------------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self._admit()
+                if not self.engine.has_unfinished():
+                    self._stats = self.engine.stats()
+                    self._wake.wait(0.1)
+                    self._wake.clear()
+                    continue
+                self._step_requests = list(self.engine.requests)
+                self._step_started = time.monotonic()
+                updates = self.engine.step()
+                self._step_started = None
+                if self.engine.last_step_error is not None:
+                    self.breaker.record_failure()
+                elif updates:
+                    self.breaker.record_success()
+                self._stats = self.engine.stats()
+                for update in updates:
+                    self._deliver(update.request_id, update)
+            except Exception:  # the loop must survive anything; the requests of a broken step end with error
+                self._step_started = None
+                log.exception("engine loop error")
+                self.breaker.record_failure()
+                for request_id in self._step_requests:
+                    self._fail(request_id, "engine loop error")
+
+    def _admit(self) -> None:
+        while True:
+            try:
+                sub = self._inbox.get_nowait()
+            except queue.Empty:
+                return
+            try:
+                self.engine.add_request(sub.request_id, sub.prompt_token_ids, sub.params)
+                self._resolve(sub.accepted, None)
+            except HaltwiseError as e:
+                self._resolve(sub.accepted, e)
+            except Exception as e:  # unexpected: report as an engine failure, never a hang
+                log.exception("add_request failed")
+                self._resolve(sub.accepted, EngineFailure(f"could not start the request: {e}"))
+
+    def _resolve(self, future: asyncio.Future, error: Exception | None) -> None:
+        def set_result() -> None:
+            if not future.done():
+                future.set_exception(error) if error else future.set_result(None)
+        self._loop.call_soon_threadsafe(set_result)
+
+    def _deliver(self, request_id: str, item: RequestOutput | Exception) -> None:
+        def put() -> None:
+            stream = self._streams.get(request_id)
+            if stream is not None:
+                stream.put_nowait(item)
+        self._loop.call_soon_threadsafe(put)
+
+    def _fail(self, request_id: str, detail: str) -> None:
+        self.engine.abort(request_id, Termination(Reason.ERROR, detail))
+        self._deliver(request_id, EngineFailure(f"The engine failed on this request: {detail}."))
+
+    # ---- watchdog ----------------------------------------------------------------------------------------------
+    def _watch(self) -> None:
+        fired_for: float | None = None
+        while not self._stop.wait(min(0.25, self.watchdog_s / 4)):
+            started = self._step_started
+            if started is None or started == fired_for or time.monotonic() - started < self.watchdog_s:
+                continue
+            fired_for = started
+            log.error("watchdog: engine step made no progress for %.1fs; ending its requests", self.watchdog_s)
+            self.breaker.record_failure()
+            for request_id in list(self._step_requests):
+                self._fail(request_id, f"engine step made no progress for {self.watchdog_s:g}s (watchdog)")
