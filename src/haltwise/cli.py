@@ -1,0 +1,47 @@
+"""`haltwise` command line: one subcommand per tool; each lives in its own module."""
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
+COMMANDS = {
+    "serve": ("haltwise.server.serve", "serve the OpenAI-compatible HTTP API"),
+    "generate": ("haltwise.tools.generate", "generate text for one prompt, streamed to stdout"),
+    "count-tokens": ("haltwise.tools.count_tokens", "count a text's tokens against the model's window"),
+    "kv-estimate": ("haltwise.tools.kv_estimate", "compute KV-cache memory for a model or given dimensions"),
+    "bench": ("haltwise.bench.cli", "benchmarks: haltwise side by side with peers, ratios in one run"),
+    "eval-stops": ("haltwise.bench.eval_stops", "compare stop strategies over a prompt set"),
+    "eval-longctx": ("haltwise.bench.eval_longctx", "long-context perplexity and passkey retrieval per RoPE scaling"),
+    "stress": ("haltwise.bench.stress", "load a running server with a hostile mix of clients and report"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="haltwise", description="haltwise: an LLM inference server whose every generation ends for a reason it can name.")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (module, help_text) in COMMANDS.items():
+        p = sub.add_parser(name, help=help_text, description=help_text)
+        p.set_defaults(module=module)
+        try:
+            importlib.import_module(module).add_arguments(p)
+        except (ModuleNotFoundError, AttributeError) as e:  # a tool whose optional dependency is missing still lists itself
+            p.set_defaults(missing=str(e))
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not args.command:
+        parser.print_help()
+        return 0
+    if getattr(args, "missing", None):
+        print(f"haltwise {args.command}: unavailable ({args.missing})", file=sys.stderr)
+        return 2
+    return int(importlib.import_module(args.module).run(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""`haltwise kv-estimate`: KV-cache bytes per token, per sequence, per batch, and tokens per budget.
+
+bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element; the pool holds
+floor(budget / (bytes_per_token x block_size)) blocks — the same KVBudget the engine allocates.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+
+from haltwise.config import DTYPE_BYTES, ModelConfig
+from haltwise.engine.kv_cache import KVBudget, parse_memory
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="GGUF file, HF directory or config.json (default: SmolLM2)")
+    p.add_argument("--layers", type=int, help="override: number of layers")
+    p.add_argument("--kv-heads", type=int, help="override: KV heads")
+    p.add_argument("--head-dim", type=int, help="override: head dimension")
+    p.add_argument("--dtype", default="float32", choices=sorted(DTYPE_BYTES))
+    p.add_argument("--seq-len", type=int, default=8192, help="tokens per sequence")
+    p.add_argument("--batch", type=int, default=32, help="concurrent sequences")
+    p.add_argument("--memory", default="512MiB", help="KV budget to size (as --kv-cache-memory)")
+    p.add_argument("--block-size", type=int, default=16)
+    p.add_argument("--json", action="store_true")
+
+
+def estimate(layers: int, kv_heads: int, head_dim: int, dtype: str, seq_len: int, batch: int, memory: int,
+             block_size: int) -> dict:
+    config = ModelConfig(vocab_size=1, hidden_size=kv_heads * head_dim, intermediate_size=1, num_layers=layers,
+                         num_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, max_position_embeddings=seq_len)
+    budget = KVBudget.from_memory(config, dtype, block_size, memory)
+    per_token = budget.bytes_per_token
+    blocks_per_seq = -(-seq_len // block_size)
+    return {
+        "formula": f"2 x {layers} layers x {kv_heads} kv_heads x {head_dim} head_dim x {DTYPE_BYTES[dtype]} bytes",
+        "bytes_per_token": per_token,
+        "bytes_per_sequence": blocks_per_seq * block_size * per_token,   # whole blocks, as allocated
+        "bytes_per_batch": batch * blocks_per_seq * block_size * per_token,
+        "seq_len": seq_len, "batch": batch, "memory_budget": memory, "block_size": block_size,
+        "blocks_in_budget": budget.num_blocks,
+        "tokens_in_budget": budget.num_tokens,
+        "sequences_in_budget": budget.num_blocks // blocks_per_seq,
+    }
+
+
+def run(args: argparse.Namespace) -> int:
+    layers, kv_heads, head_dim = args.layers, args.kv_heads, args.head_dim
+    if None in (layers, kv_heads, head_dim):
+        config = _config(args.model)
+        layers = layers or config.num_layers
+        kv_heads = kv_heads or config.num_kv_heads
+        head_dim = head_dim or config.head_dim
+    result = estimate(layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch, parse_memory(args.memory),
+                      args.block_size)
+    if args.json:
+        print(json.dumps(result))
+    else:
+        for key, value in result.items():
+            shown = f"{value} ({value / 2**20:.2f} MiB)" if key.startswith("bytes") else value
+            print(f"{key:>20}: {shown}")
+    return 0
+
+
+def _config(model: str | None) -> ModelConfig:
+    from pathlib import Path
+
+    if model and Path(model).name == "config.json":
+        model = str(Path(model).parent)
+    from haltwise.tools.model_args import read_model_config
+
+    return read_model_config(model)[1]

