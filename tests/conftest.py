@@ -17,4 +17,4 @@ def smollm2():
     """The real SmolLM2-135M-Instruct, float32, through the offline API."""
     from haltwise.llm import LLM
 
-    return LLM(dtype="float32", kv_cache_memory=256 * 2**20)
+    return LLM(dtype="float32", kv_cache_memory=512 * 2**20)

@@ -13,6 +13,10 @@ from haltwise.stopping.termination import Layer, Reason, Termination
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
 
 
+# Endings that cut the text wherever it was: held-back text is released, incomplete UTF-8 included.
+_CUT_REASONS = frozenset({Reason.MAX_TOKENS, Reason.CONTEXT_LIMIT, Reason.TIMEOUT, Reason.REPETITION, Reason.ERROR})
+
+
 @dataclass
 class SeqOutputState:
     """Everything about one sequence that is not plain scheduler data."""
@@ -53,13 +57,13 @@ class SeqOutputState:
             if self.logprobs is not None:
                 del self.logprobs[kept:]
         rest = self.stopper.finish(termination)
-        if termination.reason not in (Reason.STOP_STRING, Reason.CANCELLED):
+        if termination.reason in _CUT_REASONS:
             rest += self.detokenizer.flush()   # incomplete UTF-8 at a cut end decodes as decode() would
         if termination.reason is not Reason.CANCELLED:
             self._release(rest)
-        if termination.layer is Layer.SYSTEM:
-            termination = replace(termination, token_index=self.seq.num_output_tokens - 1,
-                                  char_offset=len(self.output.text))
+        # The record points at what the user actually got.
+        token_index = self.seq.num_output_tokens - 1 if termination.layer is Layer.SYSTEM else termination.token_index
+        termination = replace(termination, token_index=token_index, char_offset=len(self.output.text))
         self.output.termination = termination
         return termination
 

@@ -1,0 +1,240 @@
+"""HTTP routes: OpenAI generation, models, vLLM-style tokenize/detokenize, health, readiness, metrics."""
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.types import Receive, Scope, Send
+
+from haltwise.errors import HaltwiseError, ModelNotFound, Overloaded
+from haltwise.outputs import RequestOutput
+from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.server.metrics import ServerMetrics
+from haltwise.server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
+                                      TokenizeRequest)
+from haltwise.server.request_log import RequestRecorder
+from haltwise.server.responses import Chunker, chat_body, completion_body, raise_if_failed
+from haltwise.server.runner import ClientGone, EngineRun
+
+log = logging.getLogger("haltwise.server")
+router = APIRouter()
+CLIENT_CLOSED = 499  # never seen by anyone: the client has gone
+
+
+@dataclass(slots=True)
+class ServerState:
+    """What the routes share; one per app (no module-level state)."""
+
+    engine: Any
+    served_model_name: str
+    metrics: ServerMetrics
+    log_content: bool = False
+    draining: bool = False      # set on SIGTERM: new generation requests get 503
+
+
+def _state(request: Request) -> ServerState:
+    return request.app.state.server
+
+
+def _check_model(st: ServerState, model: str | None) -> None:
+    if model is not None and model != st.served_model_name:
+        raise ModelNotFound(f"The model '{model}' does not exist; this server serves '{st.served_model_name}'",
+                            param="model")
+
+
+def _check_admitting(st: ServerState) -> None:
+    if st.draining:
+        raise Overloaded("the server is shutting down", retry_after=5)
+
+
+class _RunStream(StreamingResponse):
+    """An SSE response that closes its EngineRun however the response ends (even if never iterated)."""
+
+    def __init__(self, content: AsyncIterator[str], run: EngineRun):
+        super().__init__(content, media_type="text/event-stream",
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.run = run
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            await self.run.close()
+
+
+def _sse(data: Any) -> str:
+    return f"data: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _events(run: EngineRun, chunker: Chunker) -> AsyncIterator[str]:
+    """SSE body: chunks, then the usage chunk if asked, then [DONE]; an error becomes an error event."""
+    try:
+        async for p, out in run.updates():
+            for chunk in chunker.chunks(p, out):
+                yield _sse(chunk)
+        usage = chunker.usage_chunk()
+        if usage is not None:
+            yield _sse(usage)
+    except ClientGone:
+        return
+    except HaltwiseError as exc:
+        yield _sse(exc.to_body())
+    except Exception:
+        log.exception("stream failed")
+        yield _sse({"error": {"message": "Internal server error", "type": "server_error", "param": None,
+                              "code": "internal_error"}})
+    yield "data: [DONE]\n\n"
+
+
+async def _generate(request: Request, st: ServerState, rid: str, prompts: list[list[int]],
+                    prompt_texts: list[str | None], params: SamplingParams, stream: bool,
+                    build: Any, chunker: Chunker) -> Response:
+    """Run the engine requests; answer with JSON or SSE. The run is always closed (aborting leftovers)."""
+    recorders = [RequestRecorder(st.metrics, rid if len(prompts) == 1 else f"{rid}-{i}", st.log_content, t)
+                 for i, t in enumerate(prompt_texts)]
+    run = EngineRun(st.engine, request, rid, prompts, params, recorders)
+    handed_off = False
+    try:
+        await run.start()
+        if stream:
+            handed_off = True
+            return _RunStream(_events(run, chunker), run)
+        outs = await run.collect()
+        for out in outs:
+            raise_if_failed(out)
+        return JSONResponse(build(outs))
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+    finally:
+        if not handed_off:
+            await run.close()
+
+
+def _echo_texts(prompts: list[str | list[int]], run_outs: list[RequestOutput], tokenizer: Any) -> list[str]:
+    """The prompt as echoed: the original string, or the decoded (possibly truncated) prompt ids."""
+    texts = []
+    for p, out in zip(prompts, run_outs):
+        if isinstance(p, str) and not out.num_truncated_prompt_tokens:
+            texts.append(p)
+        else:
+            texts.append(tokenizer.decode(out.prompt_token_ids, skip_special_tokens=False))
+    return texts
+
+
+@router.post("/v1/completions")
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
+    """OpenAI completions; `prompt` may be a string, strings, token ids or lists of token ids."""
+    st = _state(request)
+    _check_model(st, body.model)
+    _check_admitting(st)
+    params = body.to_sampling_params()
+    tok = st.engine.tokenizer
+    raw = body.prompts()
+    prompts = [tok.encode(p) if isinstance(p, str) else p for p in raw]
+    texts = [p if isinstance(p, str) else None for p in raw]
+    rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
+
+    def build(outs: list[RequestOutput]) -> dict[str, Any]:
+        echo = _echo_texts(raw, outs, tok) if body.echo else None
+        return completion_body(rid, created, model, outs, body.n, echo, tok)
+
+    def echo(p: int, out: RequestOutput) -> str:
+        return _echo_texts([raw[p]], [out], tok)[0]
+
+    chunker = Chunker(False, rid, created, model, body.n, tok, body.include_usage, echo if body.echo else None)
+    return await _generate(request, st, rid, prompts, texts, params, body.stream, build, chunker)
+
+
+@router.post("/v1/chat/completions")
+async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
+    """OpenAI chat completions; the messages go through the model's chat template."""
+    st = _state(request)
+    _check_model(st, body.model)
+    _check_admitting(st)
+    params = body.to_sampling_params()
+    tok = st.engine.tokenizer
+    try:
+        text = tok.apply_chat_template(body.template_messages(), add_generation_prompt=True)
+    except ValueError as exc:
+        raise ParamError("messages", str(exc)) from exc
+    prompt = tok.encode(text, add_special_tokens=False)
+    rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
+    chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage)
+    return await _generate(request, st, rid, [prompt], [text], params, body.stream,
+                           lambda outs: chat_body(rid, created, model, outs[0], tok), chunker)
+
+
+@router.get("/v1/models")
+async def list_models(request: Request) -> dict[str, Any]:
+    st = _state(request)
+    return {"object": "list", "data": [{"id": st.served_model_name, "object": "model", "created": 0,
+                                        "owned_by": "haltwise", "max_model_len": st.engine.max_model_len}]}
+
+
+def _check_ids(st: ServerState, ids: list[int], param: str) -> None:
+    vocab = st.engine.tokenizer.vocab_size
+    bad = [t for t in ids if not 0 <= t < vocab]
+    if bad:
+        raise ParamError(param, f"token ids must be in [0, {vocab}); got {bad[:5]}")
+
+
+@router.post("/tokenize")
+async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
+    """vLLM-style: {prompt} or {messages} -> {count, max_model_len, tokens}."""
+    st = _state(request)
+    _check_model(st, body.model)
+    tok = st.engine.tokenizer
+    if (body.prompt is None) == (body.messages is None):
+        raise ParamError("prompt", "give exactly one of 'prompt' or 'messages'")
+    if body.messages is not None:
+        try:
+            text = tok.apply_chat_template([{"role": m.role, "content": m.text()} for m in body.messages],
+                                           add_generation_prompt=body.add_generation_prompt)
+        except ValueError as exc:
+            raise ParamError("messages", str(exc)) from exc
+        ids = tok.encode(text, add_special_tokens=bool(body.add_special_tokens))
+    else:
+        ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)
+    return {"count": len(ids), "max_model_len": st.engine.max_model_len, "tokens": ids}
+
+
+@router.post("/detokenize")
+async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
+    """vLLM-style: {tokens} -> {prompt} (special tokens kept, as vLLM does)."""
+    st = _state(request)
+    _check_model(st, body.model)
+    _check_ids(st, body.tokens, "tokens")
+    return {"prompt": st.engine.tokenizer.decode(body.tokens, skip_special_tokens=False)}
+
+
+@router.get("/health")
+async def health() -> dict[str, str]:
+    """Liveness: the process answers. Unauthenticated."""
+    return {"status": "ok"}
+
+
+@router.get("/ready")
+async def ready(request: Request) -> JSONResponse:
+    """Readiness: model loaded, engine running, breaker not open, not draining. Unauthenticated."""
+    st = _state(request)
+    engine_ready = bool(getattr(st.engine, "ready", False))
+    try:
+        breaker = int(st.engine.stats().breaker_state)
+    except Exception:
+        breaker = 0
+    if engine_ready and breaker != 2 and not st.draining:
+        return JSONResponse({"status": "ready"})
+    reason = "draining" if st.draining else "breaker open" if breaker == 2 else "engine not ready"
+    return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+
+
+@router.get("/metrics")
+async def metrics(request: Request) -> Response:
+    """Prometheus text format. Unauthenticated (bind to loopback or firewall it)."""
+    return Response(_state(request).metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")

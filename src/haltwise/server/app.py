@@ -1,0 +1,121 @@
+"""The app factory: routes, error handlers, metrics, and two pure-ASGI guards in front of everything.
+
+Guards, outermost first:
+  ApiKey     -- with an api key, /v1/* and /tokenize, /detokenize need `Authorization: Bearer KEY`
+                (compared in constant time), else 401. /health, /ready, /metrics, /docs and
+                /openapi.json stay unauthenticated on purpose: probes and scrapers carry no secrets.
+  BodyLimit  -- reads the whole body (at most max_body_bytes) before any parsing; more is a 413.
+"""
+from __future__ import annotations
+
+import contextlib
+import hmac
+import json
+from typing import Any, AsyncIterator
+
+from fastapi import FastAPI
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from haltwise.server.api import ServerState, router
+from haltwise.server.errors import error_body, install_error_handlers
+from haltwise.server.metrics import ServerMetrics
+
+DEFAULT_MAX_BODY_BYTES = 1 << 20
+PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+
+
+async def _send_error(send: Send, status: int, message: str, code: str, headers: list | None = None) -> None:
+    body = json.dumps(error_body(message, "invalid_request_error", None, code)).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+class BodyLimit:
+    """Buffers the request body up to `limit` bytes, then replays it to the app; larger is a 413."""
+
+    def __init__(self, app: ASGIApp, limit: int, metrics: ServerMetrics):
+        self.app, self.limit, self.metrics = app, limit, metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        declared = dict(scope["headers"]).get(b"content-length")
+        too_big = declared is not None and (not declared.isdigit() or int(declared) > self.limit)
+        chunks: list[bytes] = []
+        size = 0
+        while not too_big:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            size += len(message.get("body", b""))
+            too_big = size > self.limit
+            chunks.append(message.get("body", b""))
+            if not message.get("more_body", False):
+                break
+        if too_big:
+            self.metrics.reject("request_too_large")
+            return await _send_error(send, 413, f"Request body exceeds the limit of {self.limit} bytes",
+                                     "request_too_large", [(b"connection", b"close")])
+        replayed = False
+
+        async def replay() -> Message:
+            nonlocal replayed
+            if not replayed:
+                replayed = True
+                return {"type": "http.request", "body": b"".join(chunks), "more_body": False}
+            return await receive()
+
+        await self.app(scope, replay, send)
+
+
+class ApiKey:
+    """Bearer-token check for the protected routes (constant-time compare)."""
+
+    def __init__(self, app: ASGIApp, api_key: str, metrics: ServerMetrics):
+        self.app, self.key, self.metrics = app, f"Bearer {api_key}".encode(), metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["path"].startswith(PROTECTED_PREFIXES):
+            given = dict(scope["headers"]).get(b"authorization", b"")
+            if not hmac.compare_digest(given, self.key):
+                self.metrics.reject("invalid_api_key")
+                return await _send_error(send, 401, "Incorrect or missing API key (Authorization: Bearer KEY)",
+                                         "invalid_api_key", [(b"www-authenticate", b"Bearer")])
+        await self.app(scope, receive, send)
+
+
+def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api_key: str | None = None,
+              max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_content: bool = False,
+              manage_engine: bool = True, shutdown_grace: float = 10.0) -> FastAPI:
+    """The haltwise ASGI app around `engine` (an AsyncEngine).
+
+    manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
+    on app shutdown. Tests that share one engine between apps pass False and manage it themselves.
+    """
+    metrics = ServerMetrics(engine.stats)
+    state = ServerState(engine=engine, served_model_name=served_model_name, metrics=metrics,
+                        log_content=log_content)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if manage_engine:
+            await engine.start()
+        try:
+            yield
+        finally:
+            state.draining = True
+            if manage_engine:
+                await engine.shutdown(shutdown_grace)
+
+    app = FastAPI(title="haltwise", version="0.1.0", lifespan=lifespan, strict_content_type=False,
+                  description="OpenAI-compatible completions with named, exact terminations.")
+    app.state.server = state
+    app.state.metrics = metrics
+    app.include_router(router)
+    install_error_handlers(app)
+    app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
+    if api_key:  # added last = outermost: unauthenticated bodies are never buffered
+        app.add_middleware(ApiKey, api_key=api_key, metrics=metrics)
+    return app

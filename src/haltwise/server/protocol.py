@@ -1,0 +1,210 @@
+"""OpenAI-compatible request bodies (pydantic, HTTP edge only) and their conversion to SamplingParams.
+
+Per OpenAI field, one of three decisions (README lists them too):
+- accepted: model, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, n, stream,
+  stream_options.include_usage, stop, seed, frequency_penalty, presence_penalty, logprobs, top_logprobs,
+  echo; plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
+- accepted and ignored: `user`, `store`, `metadata`, `service_tier` -- bookkeeping for OpenAI's platform
+  that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
+- rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n, `tools`,
+  `tool_choice`, `functions`, `function_call`, `parallel_tool_calls`, `response_format` other than text,
+  `audio`, `modalities`, `prediction`, `reasoning_effort`, `echo` with `logprobs` (no prompt logprobs).
+Unknown fields are rejected (extra="forbid") with a 400 naming the field; types are strict
+(no "5" for 5, no 1 for true) and NaN/Infinity are refused.
+"""
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams
+
+_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+MAX_N = 128                     # sanity bound on choices per request; admission judges memory
+MAX_SEED = 2**63 - 1
+
+
+class _Strict(BaseModel):
+    model_config = _STRICT
+
+
+class StreamOptions(_Strict):
+    include_usage: bool = False          # a final chunk with usage and empty choices
+    continuous_usage_stats: bool = False  # accepted (vLLM); usage is sent once, at the end
+
+
+class RepetitionDetectionSpec(_Strict):
+    """Loop-detector settings; omitted fields take haltwise's documented defaults."""
+
+    enabled: bool = True
+    max_period: int = Field(64, ge=1, le=4096)
+    min_repeats: int = Field(4, ge=2, le=4096)
+    min_tokens: int = Field(16, ge=1)
+
+
+class _GenerationRequest(_Strict):
+    """Fields shared by /v1/completions and /v1/chat/completions."""
+
+    model: str | None = None               # None = the served model
+    max_tokens: int | None = Field(None, ge=1)  # None = the rest of the context window
+    temperature: float = Field(1.0, ge=0.0, le=2.0)
+    top_p: float = Field(1.0, gt=0.0, le=1.0)
+    n: int = Field(1, ge=1, le=MAX_N)
+    stream: bool = False
+    stream_options: StreamOptions | None = None
+    stop: str | list[str] | None = None
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    frequency_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    presence_penalty: float = Field(0.0, ge=-2.0, le=2.0)
+    # accepted and ignored (see module docstring)
+    user: str | None = None
+    store: bool | None = None
+    metadata: dict[str, str] | None = None
+    service_tier: str | None = None
+    # rejected unless empty/default
+    logit_bias: dict[str, float] | None = None
+    # vLLM / haltwise extras
+    stop_token_ids: list[int] | None = None
+    include_stop_str_in_output: bool = False
+    min_tokens: int = Field(0, ge=0)
+    ignore_eos: bool = False
+    skip_special_tokens: bool = True
+    top_k: int = Field(-1, ge=-1)
+    min_p: float = Field(0.0, ge=0.0, le=1.0)
+    repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
+    timeout: float | None = Field(None, gt=0.0)      # seconds; None = the server default
+    truncate_prompt_tokens: int | None = Field(None, ge=1)
+    stop_presets: list[Literal["json", "line", "paragraph", "code_block", "turn"]] | None = None
+    repetition_detection: RepetitionDetectionSpec | None = None
+
+    def _reject_unsupported(self) -> None:
+        if self.logit_bias:
+            raise ParamError("logit_bias", "logit_bias is not supported by haltwise")
+
+    def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+        """Convert to engine params; raises ParamError (400) for any invalid or unsupported value."""
+        self._reject_unsupported()
+        detection = RepetitionDetection(**self.repetition_detection.model_dump()) \
+            if self.repetition_detection is not None else RepetitionDetection()
+        return SamplingParams(
+            n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
+            seed=self.seed, repetition_penalty=self.repetition_penalty,
+            frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
+            max_tokens=max_tokens, min_tokens=self.min_tokens,
+            stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
+            stop_token_ids=tuple(self.stop_token_ids or ()), stop_presets=tuple(self.stop_presets or ()),
+            include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
+            skip_special_tokens=self.skip_special_tokens, repetition_detection=detection,
+            timeout=self.timeout, logprobs=logprobs, truncate_prompt_tokens=self.truncate_prompt_tokens,
+        )
+
+    @property
+    def include_usage(self) -> bool:
+        return bool(self.stream_options and self.stream_options.include_usage)
+
+
+class CompletionRequest(_GenerationRequest):
+    """POST /v1/completions. `prompt`: a string, a list of strings, token ids, or a list of token-id lists."""
+
+    prompt: str | list[str] | list[int] | list[list[int]]
+    echo: bool = False
+    logprobs: int | None = Field(None, ge=0, le=20)  # top logprobs per token (OpenAI caps at 5)
+    best_of: int | None = Field(None, ge=1)
+    suffix: str | None = None
+
+    def to_sampling_params(self) -> SamplingParams:
+        if self.suffix:
+            raise ParamError("suffix", "suffix (insertion) is not supported by haltwise")
+        if self.best_of is not None and self.best_of != self.n:
+            raise ParamError("best_of", "best_of is not supported; use n")
+        if self.echo and self.logprobs is not None:
+            raise ParamError("echo", "echo with logprobs (prompt logprobs) is not supported")
+        return self.sampling_params(self.max_tokens, self.logprobs)
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompts as a list: each a string or a token-id list; raises ParamError if any is empty."""
+        p = self.prompt
+        if isinstance(p, str):
+            items: list[str | list[int]] = [p]
+        elif p and all(isinstance(x, int) for x in p):
+            items = [list(p)]  # type: ignore[arg-type]
+        else:
+            items = list(p)    # type: ignore[arg-type]
+        if not items or any(len(x) == 0 for x in items):
+            raise ParamError("prompt", "prompt must not be empty")
+        return items
+
+
+class TextPart(_Strict):
+    type: Literal["text"]
+    text: str
+
+
+class ChatMessage(_Strict):
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[TextPart] | None = None
+    name: str | None = None
+
+    def text(self) -> str:
+        if isinstance(self.content, list):
+            return "".join(part.text for part in self.content)
+        return self.content or ""
+
+
+class ResponseFormat(_Strict):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(_GenerationRequest):
+    """POST /v1/chat/completions. Messages go through the model's chat template."""
+
+    messages: list[ChatMessage] = Field(min_length=1)
+    max_completion_tokens: int | None = Field(None, ge=1)  # wins over max_tokens when both are given
+    logprobs: bool = False
+    top_logprobs: int | None = Field(None, ge=0, le=20)
+    # rejected unless absent (see module docstring)
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    functions: list[dict[str, Any]] | None = None
+    function_call: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    response_format: ResponseFormat | None = None
+    audio: dict[str, Any] | None = None
+    modalities: list[str] | None = None
+    prediction: dict[str, Any] | None = None
+    reasoning_effort: str | None = None
+
+    def to_sampling_params(self) -> SamplingParams:
+        for name in ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
+                     "audio", "modalities", "prediction", "reasoning_effort"):
+            if getattr(self, name) is not None:
+                raise ParamError(name, f"{name} is not supported by haltwise")
+        if self.response_format is not None and self.response_format.type != "text":
+            raise ParamError("response_format", "only response_format type 'text' is supported")
+        if self.top_logprobs is not None and not self.logprobs:
+            raise ParamError("top_logprobs", "top_logprobs requires logprobs to be true")
+        logprobs = (self.top_logprobs or 0) if self.logprobs else None
+        max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        return self.sampling_params(max_tokens, logprobs)
+
+    def template_messages(self) -> list[dict[str, str]]:
+        return [{"role": m.role, "content": m.text()} for m in self.messages]
+
+
+class TokenizeRequest(_Strict):
+    """POST /tokenize (vLLM shape): either `prompt` or `messages`."""
+
+    model: str | None = None
+    prompt: str | None = None
+    messages: list[ChatMessage] | None = None
+    add_special_tokens: bool | None = None      # default: true for prompt, false for messages
+    add_generation_prompt: bool = True
+
+
+class DetokenizeRequest(_Strict):
+    """POST /detokenize (vLLM shape)."""
+
+    model: str | None = None
+    tokens: list[int]

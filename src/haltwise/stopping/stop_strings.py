@@ -1,0 +1,139 @@
+"""All stop strings of a request in one incremental Aho-Corasick automaton over characters.
+
+The matcher is fed only the new characters of the generated text. It finds every occurrence of
+every stop string, including those that span feed (token) boundaries, in amortised O(new chars)
+per feed whatever the number of stops, and tells how much of the text's tail must be held back
+from a stream because it could still grow into a stop string.
+
+Holdback, for stops {"\\n\\n", "END"} after the text "...the E":
+
+    text:     . . . t h e ␣ E
+                            ^-- automaton state = node "E" (depth 1, has children) -> pending() = 1
+    released: . . . t h e ␣ |   (the "E" is held until the next chars show it is not "END")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, Sequence
+
+
+@dataclass(frozen=True, slots=True)
+class Match:
+    """One occurrence in the text fed so far, in absolute character offsets.
+
+    The text is cut at `start` (what is returned ends there); with include_stop_str_in_output it
+    is cut at `end`. `stop` is the matched text; `preset` names a structural preset, else None.
+    """
+
+    start: int
+    end: int
+    stop: str
+    preset: str | None = None
+
+
+class TextStop(Protocol):
+    """What the per-sequence stopper needs from a stop-string matcher or a structural preset."""
+
+    def feed(self, chars: str) -> list[Match]:
+        """Consume new characters; return occurrences completed by them, ordered by `end`."""
+        ...
+
+    def pending(self) -> int:
+        """Length of the text's tail that could still become part of a cut; hold it back."""
+        ...
+
+
+class StopStringMatcher:
+    """Incremental multi-string matcher (Aho-Corasick) with a streaming holdback.
+
+    Node 0 is the root (the empty prefix). For each node:
+      children[n]  trie edges;                  fail[n]  longest proper suffix that is a node;
+      depth[n]     length of the prefix it spells;
+      outputs[n]   stop lengths ending here (its own and via fail links), as indices into _stops;
+      hold[n]      depth of the longest suffix of n's prefix that is a *proper* prefix of a stop,
+                   i.e. the deepest node on n's fail chain that has children.
+    """
+
+    __slots__ = ("_stops", "_children", "_fail", "_depth", "_outputs", "_hold", "_delta", "_state", "_pos")
+
+    def __init__(self, stops: Sequence[str]):
+        if any(not s for s in stops):
+            raise ValueError("stop strings must be non-empty")
+        self._stops: tuple[str, ...] = tuple(sorted(set(stops)))  # order of the list never matters
+        self._children: list[dict[str, int]] = [{}]
+        self._depth: list[int] = [0]
+        own: list[list[int]] = [[]]
+        for i, stop in enumerate(self._stops):
+            node = 0
+            for ch in stop:
+                nxt = self._children[node].get(ch)
+                if nxt is None:
+                    nxt = len(self._children)
+                    self._children[node][ch] = nxt
+                    self._children.append({})
+                    self._depth.append(self._depth[node] + 1)
+                    own.append([])
+                node = nxt
+            own[node].append(i)
+        self._build_links(own)
+        # Lazily filled full transition table: _delta[n][ch] = next state (saves fail-chain walks).
+        self._delta: list[dict[str, int]] = [dict(c) for c in self._children]
+        self._state = 0
+        self._pos = 0  # characters fed so far
+
+    def _build_links(self, own: list[list[int]]) -> None:
+        n = len(self._children)
+        self._fail = [0] * n
+        outputs: list[tuple[int, ...]] = [()] * n
+        hold = [0] * n
+        order = [0]  # breadth-first: a node's fail target is always shallower, so already done
+        for node in order:
+            for ch, child in self._children[node].items():
+                order.append(child)
+                if node != 0:
+                    f = self._fail[node]
+                    while f and ch not in self._children[f]:
+                        f = self._fail[f]
+                    self._fail[child] = self._children[f].get(ch, 0)
+            if node:
+                outputs[node] = tuple(own[node]) + outputs[self._fail[node]]
+                hold[node] = self._depth[node] if self._children[node] else hold[self._fail[node]]
+        self._outputs = outputs
+        self._hold = hold
+
+    @property
+    def stops(self) -> tuple[str, ...]:
+        return self._stops
+
+    @property
+    def position(self) -> int:
+        """Characters fed so far (absolute offset of the next character)."""
+        return self._pos
+
+    def _step(self, state: int, ch: str) -> int:
+        table = self._delta[state]
+        nxt = table.get(ch)
+        if nxt is None:
+            nxt = 0 if state == 0 else self._step(self._fail[state], ch)
+            table[ch] = nxt
+        return nxt
+
+    def feed(self, chars: str) -> list[Match]:
+        """Consume new characters; return the occurrences they complete, ordered by end offset."""
+        matches: list[Match] = []
+        state, pos = self._state, self._pos
+        delta, outputs, stops = self._delta, self._outputs, self._stops
+        for ch in chars:
+            nxt = delta[state].get(ch)
+            state = self._step(state, ch) if nxt is None else nxt
+            pos += 1
+            if outputs[state]:
+                for i in outputs[state]:
+                    stop = stops[i]
+                    matches.append(Match(pos - len(stop), pos, stop))
+        self._state, self._pos = state, pos
+        return matches
+
+    def pending(self) -> int:
+        """Length of the longest suffix of the text fed so far that is a proper prefix of a stop."""
+        return self._hold[self._state]
