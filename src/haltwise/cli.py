@@ -26,7 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(module=module)
         try:
             importlib.import_module(module).add_arguments(p)
-        except (ModuleNotFoundError, AttributeError) as e:  # a tool whose optional dependency is missing still lists itself
+        except ModuleNotFoundError as e:  # a tool whose optional dependency is missing still lists itself
             p.set_defaults(missing=str(e))
     return parser
 

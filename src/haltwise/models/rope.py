@@ -1,0 +1,151 @@
+"""Rotary position embeddings: inverse frequencies per rope type, and the cos/sin tables.
+
+Rope types follow Hugging Face's `rope_scaling` dict (`rope_type` or legacy `type`):
+default, linear, dynamic (NTK-aware), yarn, llama3. Formulas match transformers.modeling_rope_utils
+operation for operation, so the tables are bit-identical for the same config.
+
+`dynamic`: transformers recomputes the NTK base whenever a sequence grows past the trained window.
+We follow vLLM instead and compute the base once, for seq_len = max_model_len, so every position of
+every sequence uses the same table (a paged KV cache cannot re-rotate cached keys). For sequences
+shorter than the trained window this differs from transformers; for max_model_len it is identical.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import nn
+
+from haltwise.config import ModelConfig
+
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+
+
+def rope_type_of(rope_scaling: dict[str, Any] | None) -> str:
+    """The rope type named by a HF rope_scaling dict (None -> 'default')."""
+    if not rope_scaling:
+        return "default"
+    kind = rope_scaling.get("rope_type", rope_scaling.get("type", "default"))
+    if kind not in ROPE_TYPES:
+        raise ValueError(f"unsupported rope type {kind!r}; supported: {', '.join(ROPE_TYPES)}")
+    return kind
+
+
+def _base_inv_freq(base: float, dim: int) -> torch.Tensor:
+    return 1.0 / (base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))   # (dim/2,)
+
+
+def _yarn(base: float, dim: int, rs: dict[str, Any], max_pos: int) -> tuple[torch.Tensor, float]:
+    factor = rs.get("factor")
+    original = rs.get("original_max_position_embeddings") or max_pos
+    if factor is None:
+        factor = max_pos / original
+
+    def mscale(scale: float, m: float = 1.0) -> float:
+        return 1.0 if scale <= 1 else 0.1 * m * math.log(scale) + 1.0
+
+    attention = rs.get("attention_factor")
+    if attention is None:
+        if rs.get("mscale") and rs.get("mscale_all_dim"):
+            attention = float(mscale(factor, rs["mscale"]) / mscale(factor, rs["mscale_all_dim"]))
+        else:
+            attention = mscale(factor)
+    beta_fast = rs.get("beta_fast") or 32
+    beta_slow = rs.get("beta_slow") or 1
+
+    def correction_dim(rotations: float) -> float:  # dimension index completing `rotations` turns
+        return (dim * math.log(original / (rotations * 2 * math.pi))) / (2 * math.log(base))
+
+    low, high = correction_dim(beta_fast), correction_dim(beta_slow)
+    if rs.get("truncate", True):
+        low, high = math.floor(low), math.ceil(high)
+    low, high = max(low, 0), min(high, dim - 1)
+    if low == high:
+        high += 0.001
+    ramp = torch.clamp((torch.arange(dim // 2, dtype=torch.float32) - low) / (high - low), 0, 1)  # (dim/2,)
+    pos_freqs = base ** (torch.arange(0, dim, 2).float() / dim)
+    extrapolation, interpolation = 1.0 / pos_freqs, 1.0 / (factor * pos_freqs)
+    keep = 1 - ramp                      # 1 = high-frequency dims kept as trained, 0 = interpolated
+    return interpolation * (1 - keep) + extrapolation * keep, attention
+
+
+def _llama3(base: float, dim: int, rs: dict[str, Any], max_pos: int) -> torch.Tensor:
+    inv_freq = _base_inv_freq(base, dim)
+    factor, low_f, high_f = rs["factor"], rs["low_freq_factor"], rs["high_freq_factor"]
+    old_len = rs.get("original_max_position_embeddings") or max_pos
+    low_wavelen, high_wavelen = old_len / low_f, old_len / high_f
+    wavelen = 2 * math.pi / inv_freq
+    scaled = torch.where(wavelen > low_wavelen, inv_freq / factor, inv_freq)
+    smooth = (old_len / wavelen - low_f) / (high_f - low_f)
+    smoothed = (1 - smooth) * scaled / factor + smooth * scaled
+    medium = ~(wavelen < high_wavelen) * ~(wavelen > low_wavelen)
+    return torch.where(medium, smoothed, scaled)
+
+
+def rope_parameters(head_dim: int, rope_theta: float, rope_scaling: dict[str, Any] | None,
+                    max_position_embeddings: int, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
+    """(inv_freq (head_dim/2,) float32, attention_scaling) for a rope config.
+
+    seq_len only matters for `dynamic` (the length the NTK base is computed for; default the window).
+    """
+    kind, rs, dim, base = rope_type_of(rope_scaling), rope_scaling or {}, head_dim, rope_theta
+    if kind == "default":
+        return _base_inv_freq(base, dim), 1.0
+    if kind == "linear":
+        return _base_inv_freq(base, dim) / rs["factor"], 1.0
+    if kind == "dynamic":
+        factor = rs["factor"]
+        seq_len = max(seq_len or max_position_embeddings, max_position_embeddings)
+        base = base * ((factor * seq_len / max_position_embeddings) - (factor - 1)) ** (dim / (dim - 2))
+        return _base_inv_freq(base, dim), 1.0
+    if kind == "yarn":
+        return _yarn(base, dim, rs, max_position_embeddings)
+    return _llama3(base, dim, rs, max_position_embeddings), 1.0
+
+
+def max_supported_len(config: ModelConfig, rope_scaling: dict[str, Any] | None = None) -> int:
+    """Longest context the rope config is meant for: the trained window, or factor x original window.
+
+    rope_scaling None means the config's own (config.rope_scaling).
+    """
+    rs = rope_scaling if rope_scaling is not None else config.rope_scaling
+    kind, window = rope_type_of(rs), config.max_position_embeddings
+    if kind == "default":
+        return window
+    factor = rs.get("factor") or 1.0
+    original = rs.get("original_max_position_embeddings") or window
+    if kind in ("linear", "dynamic"):
+        return int(factor * window)
+    return max(window, int(factor * original))  # yarn, llama3
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """(..., D) -> (..., D): [x1, x2] -> [-x2, x1] (Hugging Face convention)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class RotaryEmbedding(nn.Module):
+    """cos/sin tables for positions 0..max_len-1, computed once; applied by position lookup.
+
+    Tables are buffers, so `model.to(dtype)` casts them like transformers casts cos/sin to x.dtype.
+    """
+
+    def __init__(self, head_dim: int, rope_theta: float, rope_scaling: dict[str, Any] | None,
+                 max_position_embeddings: int, max_len: int) -> None:
+        super().__init__()
+        inv_freq, scaling = rope_parameters(head_dim, rope_theta, rope_scaling, max_position_embeddings,
+                                            seq_len=max_len)
+        freqs = torch.arange(max_len).float()[:, None] * inv_freq[None, :]  # (L, D/2)
+        emb = torch.cat((freqs, freqs), dim=-1)                               # (L, D)
+        self.register_buffer("cos", emb.cos() * scaling, persistent=False)   # (L, D)
+        self.register_buffer("sin", emb.sin() * scaling, persistent=False)   # (L, D)
+        self.attention_scaling = scaling
+        self.max_len = max_len
+
+    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """q: (T, heads, D), k: (T, kv_heads, D), positions: (T,) -> rotated q, k."""
+        cos = self.cos[positions].unsqueeze(1)  # (T, 1, D)
+        sin = self.sin[positions].unsqueeze(1)  # (T, 1, D)
+        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin

@@ -1,0 +1,85 @@
+"""Rope frequencies and cos/sin tables equal transformers' for each rope type."""
+import pytest
+import torch
+from transformers import LlamaConfig
+from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
+
+from haltwise.config import ModelConfig
+from haltwise.models.rope import RotaryEmbedding, max_supported_len, rope_parameters, rope_type_of, rotate_half
+
+WINDOW, HEAD_DIM, THETA = 512, 64, 50000.0
+SCALINGS = {
+    "default": None,
+    "linear": {"rope_type": "linear", "factor": 4.0},
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": WINDOW},
+    "yarn_mscale": {"rope_type": "yarn", "factor": 8.0, "original_max_position_embeddings": 256,
+                    "mscale": 0.707, "mscale_all_dim": 1.0, "beta_fast": 16, "beta_slow": 2},
+    "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+               "original_max_position_embeddings": 128},
+}
+
+
+def hf_config(scaling):
+    params = {"rope_type": "default", "rope_theta": THETA} if scaling is None else {**scaling, "rope_theta": THETA}
+    return LlamaConfig(hidden_size=4 * HEAD_DIM, num_attention_heads=4, head_dim=HEAD_DIM,
+                       max_position_embeddings=WINDOW, rope_parameters=params)
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+@pytest.mark.parametrize("seq_len", [1, WINDOW, 3 * WINDOW + 7])
+def test_inv_freq_matches_transformers(name, seq_len):
+    scaling = SCALINGS[name]
+    kind = rope_type_of(scaling)
+    cfg = hf_config(scaling)
+    if kind == "default":
+        want, want_scale = LlamaRotaryEmbedding.compute_default_rope_parameters(cfg)
+    else:
+        want, want_scale = ROPE_INIT_FUNCTIONS[kind](cfg, None, seq_len=seq_len)
+    got, scale = rope_parameters(HEAD_DIM, THETA, scaling, WINDOW, seq_len=seq_len)
+    assert torch.equal(got, want)
+    assert scale == want_scale
+
+
+@pytest.mark.parametrize("name", list(SCALINGS))
+def test_tables_match_transformers_forward(name):
+    scaling = SCALINGS[name]
+    max_len = 3 * WINDOW
+    ours = RotaryEmbedding(HEAD_DIM, THETA, scaling, WINDOW, max_len)
+    theirs = LlamaRotaryEmbedding(hf_config(scaling))
+    # Positions up to max_len - 1: a dynamic HF rope then uses seq_len = max_len, as we do throughout.
+    positions = torch.tensor([[0, 1, 5, 511, 512, 900, max_len - 1]])
+    cos, sin = theirs(torch.zeros(1, dtype=torch.float32), positions)
+    assert torch.equal(ours.cos[positions[0]], cos[0])
+    assert torch.equal(ours.sin[positions[0]], sin[0])
+    if name.startswith("yarn"):
+        assert ours.attention_scaling != 1.0
+
+
+def test_apply_is_hf_rotate_half():
+    rope = RotaryEmbedding(8, 10000.0, None, 64, 64)
+    q, k = torch.randn(3, 2, 8), torch.randn(3, 1, 8)
+    pos = torch.tensor([0, 7, 63])
+    rq, rk = rope(q, k, pos)
+    assert torch.equal(rq[0], q[0]) and torch.equal(rk[0], k[0])        # position 0: identity
+    cos, sin = rope.cos[pos][:, None], rope.sin[pos][:, None]
+    assert torch.allclose(rq, q * cos + torch.cat([-q[..., 4:], q[..., :4]], -1) * sin)
+    assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), atol=1e-5)   # a rotation
+    assert torch.equal(rotate_half(torch.arange(4.0)), torch.tensor([-2.0, -3.0, 0.0, 1.0]))
+
+
+def test_max_supported_len():
+    cfg = ModelConfig(vocab_size=10, hidden_size=64, intermediate_size=8, num_layers=1, num_heads=4,
+                      num_kv_heads=4, head_dim=16, max_position_embeddings=WINDOW)
+    assert max_supported_len(cfg) == WINDOW
+    assert max_supported_len(cfg, SCALINGS["linear"]) == 4 * WINDOW
+    assert max_supported_len(cfg, SCALINGS["dynamic"]) == 2 * WINDOW
+    assert max_supported_len(cfg, SCALINGS["yarn_mscale"]) == 8 * 256     # factor x original window
+    assert max_supported_len(cfg, {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 128}) == WINDOW
+    assert max_supported_len(cfg, SCALINGS["llama3"]) == 8 * 128
+
+
+def test_unknown_rope_type():
+    with pytest.raises(ValueError, match="longrope"):
+        rope_type_of({"rope_type": "longrope"})
