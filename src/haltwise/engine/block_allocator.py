@@ -1,0 +1,264 @@
+"""Paged KV block allocator: free list, reference counts, block tables, prefix cache. No torch.
+
+A sequence's KV lives in fixed-size blocks named by its block table:
+
+    block_size = 4, seq.block_table = [7, 2, 9], seq.num_tokens = 10
+
+        positions 0..3 -> block 7 (slots 28..31)
+        positions 4..7 -> block 2 (slots  8..11)
+        positions 8..9 -> block 9 (slots 36, 37; slots 38, 39 allocated but unused -> fragmentation)
+
+        slot(p) = block_table[p // block_size] * block_size + p % block_size
+
+Prefix cache: once a block is FULL and computed it is registered under a hash chained over every
+token before it, h_i = H(h_{i-1} || tokens of block i), so equal hashes mean equal whole prefixes
+and the block's KV can be shared. Only full blocks are ever shared, and a sequence only writes
+positions >= its num_computed_tokens, so a shared block is never written again (no copy-on-write).
+
+Every block is in exactly one state:
+
+    in use      ref_count > 0              (hashed or not)
+    evictable   ref_count == 0, hashed     reusable by a prefix hit; evicted LRU-first when needed
+    free        ref_count == 0, unhashed
+"""
+from __future__ import annotations
+
+import hashlib
+from array import array
+from collections import OrderedDict, deque
+from dataclasses import dataclass
+
+from haltwise.engine.sequence import Sequence
+
+
+def blocks_for(num_tokens: int, block_size: int) -> int:
+    """Blocks needed to hold num_tokens positions."""
+    return -(-num_tokens // block_size)
+
+
+def chain_hash(prev: bytes, token_ids: list[int]) -> bytes:
+    """Hash of a full block given the hash of the block before it (b"" for the first block)."""
+    h = hashlib.blake2b(prev, digest_size=16)
+    h.update(array("q", token_ids).tobytes())
+    return h.digest()
+
+
+@dataclass(slots=True)
+class _Block:
+    block_id: int
+    ref_count: int = 0
+    block_hash: bytes | None = None  # set only while registered in the prefix cache
+
+
+class BlockAllocator:
+    """Owns the KV pool's block bookkeeping; sequences hold block ids in `seq.block_table`.
+
+    The scheduler asks (can_allocate / can_allocate_seq / ensure_slots returning False) before it
+    takes blocks, so running out of blocks is a scheduling decision (preemption), never an error.
+    """
+
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
+        self.num_blocks = num_blocks
+        self.block_size = block_size
+        self.enable_prefix_caching = enable_prefix_caching
+        self._blocks = [_Block(i) for i in range(num_blocks)]
+        self._free: deque[int] = deque(range(num_blocks))          # ref 0, unhashed
+        self._evictable: OrderedDict[int, None] = OrderedDict()    # ref 0, hashed; oldest first
+        self._cached: dict[bytes, int] = {}                        # hash -> block id (in use or evictable)
+        self._live: dict[int, Sequence] = {}                       # seq_id -> sequence holding blocks
+        self._seq_hashes: dict[int, list[bytes]] = {}              # seq_id -> hashes of its leading full blocks
+        self.prefix_cache_hits = 0     # tokens served from the cache
+        self.prefix_cache_queries = 0  # tokens looked up
+
+    # ---- counts -------------------------------------------------------------------------------
+    @property
+    def num_free_blocks(self) -> int:
+        """Blocks with ref_count 0, including cached blocks that may be evicted."""
+        return len(self._free) + len(self._evictable)
+
+    @property
+    def num_used_blocks(self) -> int:
+        """Blocks with ref_count > 0."""
+        return self.num_blocks - self.num_free_blocks
+
+    @property
+    def num_cached_blocks(self) -> int:
+        """Blocks registered in the prefix cache (in use or evictable)."""
+        return len(self._cached)
+
+    @property
+    def num_live_seqs(self) -> int:
+        return len(self._live)
+
+    def ref_count(self, block_id: int) -> int:
+        return self._blocks[block_id].ref_count
+
+    def slot(self, seq: Sequence, position: int) -> int:
+        """Flat cache slot of `position` in `seq` (see the module diagram)."""
+        return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
+
+    # ---- prefix lookup ------------------------------------------------------------------------
+    def _match(self, seq: Sequence) -> tuple[list[bytes], list[int]]:
+        """Hashes and block ids of the cached leading full blocks of seq.token_ids.
+
+        At most (num_tokens - 1) // block_size blocks: the last token is always recomputed so the
+        step that finishes the prefill has logits to sample from.
+        """
+        if not self.enable_prefix_caching:
+            return [], []
+        hashes: list[bytes] = []
+        hits: list[int] = []
+        prev = b""
+        bs = self.block_size
+        for i in range((seq.num_tokens - 1) // bs):
+            prev = chain_hash(prev, seq.token_ids[i * bs:(i + 1) * bs])
+            block_id = self._cached.get(prev)
+            if block_id is None:
+                break
+            hashes.append(prev)
+            hits.append(block_id)
+        return hashes, hits
+
+    def lookup_prefix(self, seq: Sequence) -> int:
+        """Tokens allocate_prompt would serve from the cache right now (no side effects)."""
+        return len(self._match(seq)[1]) * self.block_size
+
+    def num_blocks_to_allocate(self, seq: Sequence) -> int:
+        """Blocks allocate_prompt(seq) would take out of the free count (hits on evictable blocks count)."""
+        _, hits = self._match(seq)
+        evictable_hits = sum(1 for b in hits if self._blocks[b].ref_count == 0)
+        return blocks_for(seq.num_tokens, self.block_size) - len(hits) + evictable_hits
+
+    def can_allocate(self, num_tokens: int) -> bool:
+        """True if num_tokens positions fit in free blocks, ignoring any prefix-cache hits."""
+        return blocks_for(num_tokens, self.block_size) <= self.num_free_blocks
+
+    def can_allocate_seq(self, seq: Sequence) -> bool:
+        """True if allocate_prompt(seq) would succeed now (accounts for prefix-cache hits)."""
+        return self.num_blocks_to_allocate(seq) <= self.num_free_blocks
+
+    # ---- allocation ---------------------------------------------------------------------------
+    def _take(self) -> int:
+        """A block with ref_count 1 from the free list, else the least recently freed cached block."""
+        if self._free:
+            block = self._blocks[self._free.popleft()]
+        else:
+            block_id, _ = self._evictable.popitem(last=False)
+            block = self._blocks[block_id]
+            del self._cached[block.block_hash]
+            block.block_hash = None
+        assert block.ref_count == 0, f"block {block.block_id} handed out while in use"
+        block.ref_count = 1
+        return block.block_id
+
+    def allocate_prompt(self, seq: Sequence) -> None:
+        """Blocks for seq.token_ids[:seq.num_tokens], reusing cached full blocks of its prefix.
+
+        Sets seq.block_table, seq.num_cached_tokens (prompt tokens only) and
+        seq.num_computed_tokens (= tokens served from the cache). Raises RuntimeError when the
+        blocks are not there: callers check can_allocate_seq first.
+        """
+        if seq.seq_id in self._live:
+            raise RuntimeError(f"sequence {seq.seq_id} already holds blocks")
+        hashes, hits = self._match(seq)
+        if self.num_blocks_to_allocate(seq) > self.num_free_blocks:
+            raise RuntimeError(f"out of KV blocks for sequence {seq.seq_id}; check can_allocate_seq first")
+        for block_id in hits:  # take hits first so that _take() cannot evict them
+            block = self._blocks[block_id]
+            if block.ref_count == 0:
+                del self._evictable[block_id]
+            block.ref_count += 1
+        num_new = blocks_for(seq.num_tokens, self.block_size) - len(hits)
+        seq.block_table = hits + [self._take() for _ in range(num_new)]
+        cached_tokens = len(hits) * self.block_size
+        seq.num_computed_tokens = cached_tokens
+        seq.num_cached_tokens = min(cached_tokens, seq.num_prompt_tokens)
+        self._live[seq.seq_id] = seq
+        self._seq_hashes[seq.seq_id] = hashes
+        if self.enable_prefix_caching:
+            self.prefix_cache_queries += seq.num_tokens
+            self.prefix_cache_hits += cached_tokens
+
+    def ensure_slots(self, seq: Sequence, num_tokens: int) -> bool:
+        """Grow seq.block_table to cover positions 0..num_tokens-1. False (nothing changed) if out of blocks."""
+        if self._live.get(seq.seq_id, seq) is not seq:
+            raise RuntimeError(f"another sequence with id {seq.seq_id} holds blocks")
+        need = blocks_for(num_tokens, self.block_size) - len(seq.block_table)
+        if need > self.num_free_blocks:
+            return False
+        if need > 0:
+            seq.block_table.extend(self._take() for _ in range(need))
+        if seq.block_table:
+            self._live[seq.seq_id] = seq
+            self._seq_hashes.setdefault(seq.seq_id, [])
+        return True
+
+    def on_computed(self, seq: Sequence) -> None:
+        """Register the sequence's newly full, computed blocks in the prefix cache.
+
+        If another block already holds the same content, this block stays private (it is freed,
+        not cached, when the sequence ends).
+        """
+        if not self.enable_prefix_caching or seq.seq_id not in self._live:
+            return
+        bs = self.block_size
+        hashes = self._seq_hashes[seq.seq_id]
+        num_full = min(seq.num_computed_tokens, seq.num_tokens, len(seq.block_table) * bs) // bs
+        for i in range(len(hashes), num_full):
+            h = chain_hash(hashes[-1] if hashes else b"", seq.token_ids[i * bs:(i + 1) * bs])
+            hashes.append(h)
+            block = self._blocks[seq.block_table[i]]
+            if block.block_hash is None and h not in self._cached:
+                block.block_hash = h
+                self._cached[h] = block.block_id
+
+    def free(self, seq: Sequence) -> None:
+        """Drop the sequence's reference to each of its blocks, exactly once; clears its block table.
+
+        A second call (or a call for a sequence that never held blocks) is a no-op.
+        """
+        if self._live.get(seq.seq_id) is not seq:
+            return
+        del self._live[seq.seq_id]
+        self._seq_hashes.pop(seq.seq_id, None)
+        # Reverse order: a sequence's tail blocks are the least likely to be shared, so they are
+        # queued for eviction before its head blocks.
+        for block_id in reversed(seq.block_table):
+            block = self._blocks[block_id]
+            assert block.ref_count > 0, f"double free of block {block_id}"
+            block.ref_count -= 1
+            if block.ref_count == 0:
+                if block.block_hash is not None:
+                    self._evictable[block_id] = None
+                else:
+                    self._free.append(block_id)
+        seq.block_table = []
+
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached block that no sequence uses (they become plain free blocks)."""
+        for block_id in self._evictable:
+            block = self._blocks[block_id]
+            del self._cached[block.block_hash]
+            block.block_hash = None
+            self._free.append(block_id)
+        self._evictable.clear()
+
+    # ---- metrics ------------------------------------------------------------------------------
+    def fragmentation_rate(self) -> float:
+        """Unused slots / allocated slots over the block tables of live sequences (0.0 when none).
+
+        A slot is used when it holds one of the sequence's positions 0..num_tokens-1.
+        """
+        allocated = used = 0
+        for seq in self._live.values():
+            capacity = len(seq.block_table) * self.block_size
+            allocated += capacity
+            used += min(seq.num_tokens, capacity)
+        return (allocated - used) / allocated if allocated else 0.0
+
+    @property
+    def usage(self) -> float:
+        """Share of blocks in use (0..1)."""
+        return self.num_used_blocks / self.num_blocks

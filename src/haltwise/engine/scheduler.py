@@ -1,0 +1,237 @@
+"""Continuous-batching scheduler: one invariant, num_computed_tokens catches up to num_tokens.
+
+Each step spends a token budget (max_num_batched_tokens) over at most max_num_seqs sequences:
+
+    1. running decodes   (1 token each, admission order)   -- never starved by prefills
+    2. running prefills  (chunks of min(remaining, budget)) -- long prompts, recomputation after preemption
+    3. waiting sequences (FCFS; start while blocks and the watermark allow; first chunk this step)
+
+A step that needs a block when none is free preempts the most recently admitted running sequence:
+its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of the waiting queue
+with its token ids (prompt + generated) intact, to be recomputed as a prefill. Sampling happens
+only for a chunk that reaches the sequence's end, so a preempted sequence resumes exactly where it was.
+
+The scheduler never touches tensors, the tokenizer or the model; `finish` is the only place a
+sequence becomes FINISHED.
+"""
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from haltwise.config import EngineConfig
+from haltwise.engine.admission import AdmissionError, AdmissionPolicy
+from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.sequence import Sequence, SequenceStatus
+from haltwise.stopping.termination import Termination
+
+__all__ = ["AdmissionError", "ScheduledSeq", "SchedulerOutput", "Scheduler"]
+
+
+@dataclass(slots=True)
+class ScheduledSeq:
+    """seq.token_ids[start : start + num_new_tokens] are computed this step (positions start..)."""
+
+    seq: Sequence
+    num_new_tokens: int
+    start: int = field(init=False)     # seq.num_computed_tokens when scheduled
+    samples: bool = field(init=False)  # this chunk reaches the end of the sequence -> sample a token
+
+    def __post_init__(self) -> None:
+        self.start = self.seq.num_computed_tokens
+        self.samples = self.start + self.num_new_tokens == self.seq.num_tokens
+
+    @property
+    def is_decode(self) -> bool:
+        return self.num_new_tokens == 1 and self.samples
+
+
+@dataclass(slots=True)
+class SchedulerOutput:
+    scheduled: list[ScheduledSeq]
+    preempted: list[Sequence]
+    num_batched_tokens: int
+
+    @property
+    def num_decode_tokens(self) -> int:
+        return sum(1 for s in self.scheduled if s.is_decode)
+
+    @property
+    def num_prefill_tokens(self) -> int:
+        return self.num_batched_tokens - self.num_decode_tokens
+
+    @property
+    def is_empty(self) -> bool:
+        return not self.scheduled
+
+
+class Scheduler:
+    """Decides, step by step, which tokens of which sequences are computed, within memory and budget."""
+
+    def __init__(self, config: EngineConfig, allocator: BlockAllocator, max_model_len: int,
+                 retry_after: float = 1.0):
+        self.config = config
+        # Every running decode must fit in each step's budget, so the budget also caps running sequences.
+        self.max_num_seqs = min(config.max_num_seqs, config.max_num_batched_tokens)
+        self.allocator = allocator
+        self.max_model_len = max_model_len
+        self.policy = AdmissionPolicy(num_blocks=allocator.num_blocks, block_size=allocator.block_size,
+                                      max_model_len=max_model_len, max_queue=config.max_queue,
+                                      watermark=config.watermark, retry_after=retry_after)
+        self._waiting: deque[Sequence] = deque()
+        self._running: list[Sequence] = []  # admission order: the last one is preempted first
+        self.num_preemptions = 0
+
+    # ---- views --------------------------------------------------------------------------------
+    @property
+    def running(self) -> tuple[Sequence, ...]:
+        return tuple(self._running)
+
+    @property
+    def waiting(self) -> tuple[Sequence, ...]:
+        return tuple(self._waiting)
+
+    @property
+    def num_running(self) -> int:
+        return len(self._running)
+
+    @property
+    def num_waiting(self) -> int:
+        return len(self._waiting)
+
+    def has_unfinished(self) -> bool:
+        return bool(self._running or self._waiting)
+
+    # ---- requests in and out ------------------------------------------------------------------
+    def add(self, seq: Sequence) -> None:
+        """Queue a new sequence, or raise AdmissionError (too_large / queue_full) at once."""
+        self.policy.check_new(seq, len(self._waiting))
+        seq.status = SequenceStatus.WAITING
+        self._waiting.append(seq)
+
+    def add_group(self, seqs: list[Sequence]) -> None:
+        """Queue the n sequences of one request all together, or none of them."""
+        for seq in seqs:
+            self.policy.check_new(seq, len(self._waiting) + len(seqs) - 1)
+        for seq in seqs:
+            seq.status = SequenceStatus.WAITING
+            self._waiting.append(seq)
+
+    def finish(self, seq: Sequence, termination: Termination) -> None:
+        """The only place a sequence becomes FINISHED: record why, free its blocks once, forget it.
+
+        A second call for the same sequence is a no-op (the first termination stands).
+        """
+        if seq.status == SequenceStatus.FINISHED:
+            return
+        seq.termination = termination
+        seq.status = SequenceStatus.FINISHED
+        seq.finish_time = time.monotonic()
+        self.allocator.free(seq)
+        self._remove(seq)
+
+    def abort(self, request_id: str) -> list[Sequence]:
+        """Remove the request's unfinished sequences and free their blocks now.
+
+        Returns them; the engine then calls finish(seq, cancelled) for each.
+        """
+        removed = [s for s in (*self._running, *self._waiting) if s.request_id == request_id]
+        for seq in removed:
+            self.allocator.free(seq)
+            self._remove(seq)
+        return removed
+
+    def _remove(self, seq: Sequence) -> None:
+        if seq in self._running:
+            self._running.remove(seq)
+        elif seq in self._waiting:
+            self._waiting.remove(seq)
+
+    # ---- the step -----------------------------------------------------------------------------
+    def schedule(self) -> SchedulerOutput:
+        """Choose this step's tokens: running decodes, then running prefill chunks, then new starts."""
+        budget = self.config.max_num_batched_tokens
+        scheduled: list[ScheduledSeq] = []
+        preempted: list[Sequence] = []
+
+        # 1. Decodes, in admission order. Growing by one token may need a block; if none is free,
+        #    preempt from the back of `running` (which this loop has not reached yet, or is `seq`).
+        i = 0
+        while i < len(self._running) and budget > 0:
+            seq = self._running[i]
+            if seq.num_uncomputed_tokens != 1:
+                i += 1
+                continue
+            if not self._reserve(seq, seq.num_tokens, preempted):
+                break  # seq itself was preempted: nothing after it remains
+            scheduled.append(ScheduledSeq(seq, 1))
+            budget -= 1
+            i += 1
+
+        # 2. Running prefills (chunked prompts, recomputation): blocks were allocated at start.
+        for seq in list(self._running):
+            if budget <= 0:
+                break
+            if seq.num_uncomputed_tokens <= 1:
+                continue
+            n = min(seq.num_uncomputed_tokens, budget)
+            covered = self.allocator.ensure_slots(seq, seq.num_computed_tokens + n)
+            assert covered, "a started sequence's blocks cover all of its token ids"
+            scheduled.append(ScheduledSeq(seq, n))
+            budget -= n
+
+        # 3. Start waiting sequences, first come first served: stop at the first that cannot start.
+        while self._waiting and budget > 0 and len(self._running) < self.max_num_seqs:
+            seq = self._waiting[0]
+            if not self.policy.may_start(seq, self.allocator.num_used_blocks, len(self._running)):
+                break
+            if not self.allocator.can_allocate_seq(seq):
+                break
+            remaining = seq.num_tokens - self.allocator.lookup_prefix(seq)
+            if not self.config.enable_chunked_prefill and remaining > budget and scheduled:
+                break  # waits for a step where it fits whole (or runs alone when larger than the budget)
+            self._waiting.popleft()
+            self.allocator.allocate_prompt(seq)
+            seq.status = SequenceStatus.RUNNING
+            self._running.append(seq)
+            n = seq.num_uncomputed_tokens
+            if self.config.enable_chunked_prefill:
+                n = min(n, budget)
+            scheduled.append(ScheduledSeq(seq, n))
+            budget -= n
+
+        return SchedulerOutput(scheduled, preempted, sum(s.num_new_tokens for s in scheduled))
+
+    def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
+        """Make seq's block table cover num_tokens positions, preempting from the back as needed.
+
+        Returns False if seq itself had to be preempted.
+        """
+        while not self.allocator.ensure_slots(seq, num_tokens):
+            victim = self._running[-1]
+            self._preempt(victim)
+            preempted.append(victim)
+            if victim is seq:
+                return False
+        return True
+
+    def _preempt(self, seq: Sequence) -> None:
+        """Free seq's blocks and queue it first in line for recomputation (prompt + generated tokens)."""
+        self._running.remove(seq)
+        self.allocator.free(seq)
+        seq.status = SequenceStatus.WAITING
+        seq.num_computed_tokens = 0
+        seq.num_preemptions += 1
+        self.num_preemptions += 1
+        self._waiting.appendleft(seq)
+
+    def after_step(self, out: SchedulerOutput) -> None:
+        """Record that the scheduled tokens were computed; cache newly full blocks."""
+        for s in out.scheduled:
+            seq = s.seq
+            if seq.status != SequenceStatus.RUNNING:
+                continue  # finished or aborted while the step ran: its blocks are already gone
+            assert seq.num_computed_tokens == s.start, "after_step called twice for one step"
+            seq.num_computed_tokens += s.num_new_tokens
+            self.allocator.on_computed(seq)
