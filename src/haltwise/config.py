@@ -50,6 +50,7 @@ class EngineConfig:
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
     num_threads: int | None = None      # torch intra-op threads; None = all cores
+    int8_decode_rows: int = 0           # bfloat16 only: steps of at most this many rows use int8 weights (0 = off)
     extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -57,5 +58,7 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
         if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
             raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be >= 1")
+        if self.int8_decode_rows and self.dtype != "bfloat16":
+            raise ValueError("int8_decode_rows needs dtype bfloat16")
         if not 0.0 < self.watermark <= 1.0:
             raise ValueError(f"watermark must be in (0, 1], got {self.watermark}")

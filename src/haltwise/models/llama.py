@@ -55,7 +55,7 @@ class Attention(nn.Module):
         v = v.view(T, self.num_kv_heads, self.head_dim)     # (T, KV, D)
         q, k = rope(q, k, positions)
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
-        out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale)  # (T, H, D)
+        out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v)  # (T, H, D)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))
 
 
