@@ -6,8 +6,11 @@
     add():       need > pool           -> AdmissionError("too_large")   (HTTP 400)
                  prompt >= window      -> AdmissionError("too_large")   (HTTP 400, no room for output)
                  queue full            -> AdmissionError("queue_full")  (HTTP 503 + Retry-After)
-    schedule():  start a waiting sequence only while used blocks + its need <= watermark x pool,
-                 or when nothing is running (so every admitted request can eventually start).
+    schedule():  start a waiting sequence only while used blocks + the blocks it needs now (its tokens
+                 plus one block of growth) <= watermark x pool, or when nothing is running (so every
+                 admitted request can eventually start). Growth beyond that is the headroom's job, and
+                 preemption's when the headroom runs out: reserving max_tokens (or the whole window when
+                 it is omitted, as OpenAI clients often do) would serialise such requests.
 """
 from __future__ import annotations
 
@@ -79,4 +82,5 @@ class AdmissionPolicy:
         """True if the waiting `seq` may start now under the watermark."""
         if num_running == 0:
             return True
-        return num_used_blocks + self.need_blocks(seq) <= self.watermark * self.num_blocks
+        start_need = blocks_for(seq.num_tokens, self.block_size) + 1
+        return num_used_blocks + start_need <= self.watermark * self.num_blocks

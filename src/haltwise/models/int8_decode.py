@@ -21,9 +21,12 @@ class DualLinear(nn.Module):
         super().__init__()
         self.weight = weight                                          # (out, in) bf16, may be tied
         w = weight.detach().float()
-        scales = w.abs().amax(dim=1).clamp(min=1e-12) / 127.0         # (out,)
-        self.register_buffer("qweight", torch.round(w / scales[:, None]).to(torch.int8), persistent=False)
-        self.register_buffer("scales", scales.to(weight.dtype), persistent=False)
+        # Scales are rounded to the activation dtype first, so the int8 values are chosen against the
+        # scale the kernel really multiplies by: |q * scale - w| <= scale / 2 per element.
+        scales = (w.abs().amax(dim=1).clamp(min=1e-12) / 127.0).to(weight.dtype)          # (out,)
+        q = torch.round(w / scales.float()[:, None]).clamp(-127, 127).to(torch.int8)       # (out, in)
+        self.register_buffer("qweight", q, persistent=False)
+        self.register_buffer("scales", scales, persistent=False)
         self.max_rows = max_rows
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
