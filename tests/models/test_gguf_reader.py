@@ -9,7 +9,7 @@ from haltwise.models.errors import ModelLoadError
 from haltwise.models.gguf_reader import hf_name, unpermute_qk
 from haltwise.models.loader import load_model
 from haltwise.models.tiny import tiny_llama
-from paged_runner import PagedRunner
+from tests.models.paged_runner import PagedRunner
 
 VOCAB = 64
 HF_TO_GGUF = {"input_layernorm": "attn_norm", "self_attn.q_proj": "attn_q", "self_attn.k_proj": "attn_k",

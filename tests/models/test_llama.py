@@ -8,7 +8,7 @@ import transformers
 from haltwise.models.llama import allocate_kv_caches
 from haltwise.models.loader import load_model
 from haltwise.models.tiny import tiny_llama
-from paged_runner import PagedRunner, greedy
+from tests.models.paged_runner import PagedRunner, greedy
 
 VOCAB = 101
 

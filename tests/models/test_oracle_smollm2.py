@@ -4,7 +4,7 @@ import torch
 import transformers
 
 from haltwise.models.loader import default_model_path, load_model
-from paged_runner import PagedRunner, greedy
+from tests.models.paged_runner import PagedRunner, greedy
 
 NEW_TOKENS = 64
 PLAIN = [

@@ -6,7 +6,7 @@ from typing import Iterator
 import pytest
 
 from haltwise.server.app import build_app
-from http_helpers import ServerThread, tiny_engine
+from tests.server.http_helpers import ServerThread, tiny_engine
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,7 @@ import httpx
 import openai
 import pytest
 
-from http_helpers import metric, sse_events, wait_until
+from tests.server.http_helpers import metric, sse_events, wait_until
 
 MSG = [{"role": "user", "content": "Say something."}]
 

@@ -9,7 +9,7 @@ import openai
 import pytest
 
 from haltwise.server.app import build_app
-from http_helpers import ServerThread, metric, sse_events, wait_until
+from tests.server.http_helpers import ServerThread, metric, sse_events, wait_until
 
 pytestmark = pytest.mark.slow  # loading and dequantising the GGUF takes about a minute on 2 cores
 

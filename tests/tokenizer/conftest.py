@@ -8,7 +8,7 @@ import pytest
 
 from haltwise.tokenizer.tiny import tiny_tokenizer
 from haltwise.tokenizer.tokenizer import Tokenizer
-from tokenizer_samples import GGUF_NAME, LONGTEXT
+from tests.tokenizer.tokenizer_samples import GGUF_NAME, LONGTEXT
 
 
 @pytest.fixture(scope="session")

@@ -8,7 +8,7 @@ from tokenizers import SentencePieceBPETokenizer
 
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
 from haltwise.tokenizer.tokenizer import Tokenizer
-from tokenizer_samples import MIXED_TEXT
+from tests.tokenizer.tokenizer_samples import MIXED_TEXT
 
 _FIXTURES = dict(deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from haltwise.tokenizer.tiny import TINY_VOCAB_SIZE, tiny_tokenizer
-from tokenizer_samples import MIXED_TEXT
+from tests.tokenizer.tokenizer_samples import MIXED_TEXT
 
 
 def test_layout(tiny):

@@ -2,14 +2,13 @@
 from __future__ import annotations
 
 import json
-import time
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from haltwise.tokenizer.tokenizer import Tokenizer
-from tokenizer_samples import MIXED_TEXT
+from tests.tokenizer.tokenizer_samples import MIXED_TEXT
 
 SPECIAL_TEXTS = [
     "<|im_start|>user\nHi there<|im_end|>\n<|im_start|>assistant\n",
@@ -108,20 +107,6 @@ def test_token_bytes_concatenate_to_decode(smol):
     assert b"".join(smol.token_bytes(i) for i in ids).decode("utf-8") == MIXED_TEXT
     assert smol.token_bytes(smol.token_to_id("Ġthe")) == b" the"
     assert smol.token_bytes(2) == b"<|im_end|>"
-
-
-def test_build_time_vs_transformers(gguf_path, capsys):
-    """Reports both build times in one run (no assertion on speed)."""
-    from transformers import AutoTokenizer
-    import os
-
-    t0 = time.perf_counter()
-    Tokenizer.from_gguf(gguf_path)
-    t1 = time.perf_counter()
-    AutoTokenizer.from_pretrained(os.path.dirname(gguf_path), gguf_file=os.path.basename(gguf_path))
-    t2 = time.perf_counter()
-    with capsys.disabled():
-        print(f"\n[tokenizer build] haltwise {t1 - t0:.3f} s, transformers {t2 - t1:.3f} s")
 
 
 def test_from_hf_dir_matches_transformers(smol, hf_smol, tmp_path):
