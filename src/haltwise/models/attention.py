@@ -24,7 +24,7 @@ import torch.nn.functional as F
 @dataclass
 class _PrefillPlan:
     rows: slice                      # this sequence's rows in the flat batch
-    slots: torch.Tensor              # (L,) cache slots of its context (this chunk included)
+    blocks: torch.Tensor             # (nb,) its block table, enough blocks for its context (this chunk included)
     mask: torch.Tensor | None        # (Q, L) bool, True = may attend; None = no earlier context (plain causal)
 
 
@@ -37,8 +37,8 @@ class AttentionMetadata:
     block_size: int
     # Built once per step by prepare() and shared by every layer:
     decode_rows: torch.Tensor | None = None    # (Bd,) flat rows of the decoding sequences
-    decode_slots: torch.Tensor | None = None   # (Bd, Ld) cache slot of each context position
-    decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, Ld) bool, True = may attend (None = no padding)
+    decode_blocks: torch.Tensor | None = None  # (Bd, nb) block tables, cut to the longest context
+    decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, nb * block_size) bool, True = may attend
     prefills: list[_PrefillPlan] = field(default_factory=list)
 
     @property
@@ -50,31 +50,31 @@ class AttentionMetadata:
         q = self.query_start_loc
         return [q[i + 1] - q[i] for i in range(len(q) - 1)]
 
-    def _slots(self, seq: int, length: int) -> torch.Tensor:
-        pos = torch.arange(length)
-        return self.block_tables[seq, pos // self.block_size] * self.block_size + pos % self.block_size
-
     def prepare(self) -> "AttentionMetadata":
         """Split the batch into one decode group and per-sequence prefill plans."""
         q_lens, starts = self.query_lens, self.query_start_loc
         decodes = [s for s, n in enumerate(q_lens) if n == 1]
         if decodes:
+            # Whole blocks are gathered (one index per block, not per token); positions past each
+            # sequence's length are masked out.
             lens = torch.tensor([self.seq_lens[s] for s in decodes])
-            max_len = int(lens.max())
-            pos = torch.arange(max_len)
-            tables = self.block_tables[decodes]                                          # (Bd, nb)
+            num_blocks = -(-int(lens.max()) // self.block_size)
+            pos = torch.arange(num_blocks * self.block_size)
             self.decode_rows = torch.tensor([starts[s] for s in decodes])
-            self.decode_slots = tables[:, pos // self.block_size] * self.block_size + pos % self.block_size
-            self.decode_mask = None if bool((lens == max_len).all()) else (pos[None, :] < lens[:, None])[:, None, None, :]
+            self.decode_blocks = self.block_tables[decodes, :num_blocks]                       # (Bd, nb)
+            self.decode_mask = (pos[None, :] < lens[:, None])[:, None, None, :]            # (Bd, 1, 1, L)
         self.prefills = []
         for s, n in enumerate(q_lens):
             if n == 1:
                 continue
             past = self.seq_lens[s] - n                      # tokens already in the cache before this chunk
             rows = slice(starts[s], starts[s + 1])
-            # Query j sits at position past + j and sees positions 0..past + j.
-            mask = None if past == 0 else torch.arange(self.seq_lens[s])[None, :] <= (past + torch.arange(n))[:, None]
-            self.prefills.append(_PrefillPlan(rows, self._slots(s, self.seq_lens[s]), mask))
+            # Query j sits at position past + j and sees positions 0..past + j (padding past seq_len never).
+            num_blocks = -(-self.seq_lens[s] // self.block_size)
+            mask = None
+            if past:
+                mask = torch.arange(num_blocks * self.block_size)[None, :] <= (past + torch.arange(n))[:, None]
+            self.prefills.append(_PrefillPlan(rows, self.block_tables[s, :num_blocks], mask))  # mask (Q, L)
         return self
 
 
@@ -93,12 +93,12 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     to them directly instead of reading them back from the cache.
     """
     out = torch.empty_like(q)
-    flat_k = k_cache.view(-1, *k_cache.shape[2:])          # (slots, kv_heads, D)
-    flat_v = v_cache.view(-1, *v_cache.shape[2:])
+    kv_heads, dim = k_cache.shape[2], k_cache.shape[3]
     if meta.decode_rows is not None:
-        queries = q[meta.decode_rows].unsqueeze(2)          # (Bd, H, 1, D)
-        keys = flat_k[meta.decode_slots].transpose(1, 2)    # (Bd, KVH, Ld, D)
-        values = flat_v[meta.decode_slots].transpose(1, 2)
+        bd = meta.decode_blocks.shape[0]
+        queries = q[meta.decode_rows].unsqueeze(2)                                      # (Bd, H, 1, D)
+        keys = k_cache[meta.decode_blocks].view(bd, -1, kv_heads, dim).transpose(1, 2)  # (Bd, KVH, L, D)
+        values = v_cache[meta.decode_blocks].view(bd, -1, kv_heads, dim).transpose(1, 2)
         o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.decode_mask,
                                            scale=scale, enable_gqa=True)  # (Bd, H, 1, D)
         out[meta.decode_rows] = o.squeeze(2)
@@ -108,8 +108,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             keys, values = k[plan.rows].transpose(0, 1), v[plan.rows].transpose(0, 1)  # (KVH, Q, D)
             o = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale, enable_gqa=True)
         else:
-            keys = flat_k[plan.slots].transpose(0, 1)       # (KVH, L, D)
-            values = flat_v[plan.slots].transpose(0, 1)
+            keys = k_cache[plan.blocks].view(-1, kv_heads, dim).transpose(0, 1)    # (KVH, L, D)
+            values = v_cache[plan.blocks].view(-1, kv_heads, dim).transpose(0, 1)
             o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask,
                                                is_causal=plan.mask is None, scale=scale, enable_gqa=True)
         out[plan.rows] = o.transpose(0, 1)                  # (Q, H, D)
