@@ -155,7 +155,7 @@ class AsyncEngine:
                 self._step_started = None
                 if self.engine.last_step_error is not None:
                     self.breaker.record_failure()
-                elif updates:
+                elif self.engine.last_step_ran_model:
                     self.breaker.record_success()
                 self._stats = self.engine.stats()
                 for update in updates:

@@ -70,8 +70,8 @@ class LLMEngine:
         self._seq_ids = itertools.count()
         self._aborts: dict[str, Termination] = {}
         self._lock = threading.Lock()         # guards _aborts; everything else is touched by the engine thread only
-        self.consecutive_failures = 0            # read by the circuit breaker
-        self.last_step_error: Exception | None = None
+        self.last_step_error: Exception | None = None  # the model-runner failure of the last step, if any
+        self.last_step_ran_model = False                 # the last step ran the model (breaker evidence)
 
     # ---- requests in -------------------------------------------------------------------------------------------
     def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
@@ -152,9 +152,11 @@ class LLMEngine:
 
     def step(self) -> list[RequestOutput]:
         """One engine iteration. Returns an update for every request that changed."""
+        self.last_step_error, self.last_step_ran_model = None, False
         self._apply_aborts_and_deadlines()
         out = self.scheduler.schedule()
         if out.scheduled:
+            self.last_step_ran_model = True
             self._run(out)
         return self._collect_updates()
 
@@ -167,14 +169,11 @@ class LLMEngine:
             logits = self.runner.execute(rows)
             result = self.sampler(logits, [s.sampling_row() for s in sampled]) if sampled else None
         except Exception as e:  # a failed step ends exactly the sequences in it (SPEC §2, system layer)
-            self.consecutive_failures += 1
             log.exception("engine step failed")
             self.last_step_error = e
             for sch in out.scheduled:
                 self._finish(states[sch.seq.seq_id], Termination(Reason.ERROR, f"engine step failed: {e}"))
             return
-        self.consecutive_failures = 0
-        self.last_step_error = None
         self.scheduler.after_step(out)
         for i, state in enumerate(sampled):
             if not result.finite[i]:

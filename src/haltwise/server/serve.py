@@ -66,6 +66,9 @@ class _DrainingServer(uvicorn.Server):
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.state.draining = True
         super().handle_exit(sig, frame)
+        # uvicorn re-raises captured signals after its graceful shutdown (the process would die of
+        # SIGTERM, exit -15); here the signal is handled: drain, then return 0.
+        getattr(self, "_captured_signals", []).clear()
 
 
 def main(argv: list[str] | None = None) -> int:
