@@ -10,7 +10,7 @@ from typing import Any, Literal
 import torch
 
 from haltwise.config import ModelConfig
-from haltwise.models import gguf_reader, hf_dir
+from haltwise.models import gguf_reader, hf_dir, weight_cache
 from haltwise.models.errors import ModelLoadError
 from haltwise.models.llama import LlamaForCausalLM
 from haltwise.models.rope import RotaryEmbedding, max_supported_len, rope_type_of
@@ -92,14 +92,17 @@ def load_model(path: str | Path | None = None, dtype: str = "float32", rope_scal
     model.model.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
                                              config.max_position_embeddings, length)
     model.tie_weights()                   # to_empty may give the tied pair separate storage
-    weights = gguf_reader.gguf_weights(reader, config, path) if fmt == "gguf" else hf_dir.hf_weights(path)
-    try:
-        model.load_weights(weights)
-    except ValueError as e:
-        if isinstance(e, ModelLoadError):
-            raise
-        raise ModelLoadError(f"{path}: {e}") from None
+    cached = weight_cache.cache_file(path, dtype) if fmt == "gguf" else None  # HF safetensors load fast already
     model = model.to(WEIGHT_DTYPES[dtype]).eval()
+    if not weight_cache.try_load(model, cached):
+        weights = gguf_reader.gguf_weights(reader, config, path) if fmt == "gguf" else hf_dir.hf_weights(path)
+        try:
+            model.load_weights(weights)   # casts each tensor to the parameter's dtype
+        except ValueError as e:
+            if isinstance(e, ModelLoadError):
+                raise
+            raise ModelLoadError(f"{path}: {e}") from None
+        weight_cache.store(model, cached)
     eos = hf_dir.generation_eos_ids(path) if fmt == "hf" else ()
     return LoadedModel(config=config, model=model, path=path, format=fmt, generation_eos_ids=eos,
                        max_model_len=length, dtype=dtype, load_time_s=time.perf_counter() - start)
