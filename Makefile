@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test bench-peers clean
+.PHONY: setup serve test bench-setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -24,6 +24,13 @@ serve: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
+
+# The llama-cpp-python peer for `haltwise bench peers` (optional; compiles llama.cpp, ~13 min on 2 cores).
+# Its default build dies with "Illegal instruction" on these CPUs (AMX path): build it without AMX.
+LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_AVX512_VNNI=ON \
+	-DGGML_AVX512_VBMI=ON -DGGML_AVX512_BF16=ON -DGGML_AMX_TILE=OFF -DGGML_AMX_INT8=OFF -DGGML_AMX_BF16=OFF
+bench-setup: $(STAMP)
+	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install 'llama-cpp-python[server]'
 
 clean:
 	rm -rf $(VENV)

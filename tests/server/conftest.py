@@ -20,6 +20,3 @@ def keyed_server() -> Iterator[ServerThread]:
     with ServerThread(build_app(tiny_engine(), "tiny", api_key="s3cret", max_body_bytes=4096)) as server:
         yield server
 
-
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: real-model test taking more than 30 s")
