@@ -409,3 +409,19 @@ def test_preemption_stress_under_random_load() -> None:
         assert_all_free(sched)
         total_preemptions += sched.num_preemptions
     assert total_preemptions >= 150
+
+
+def test_long_prefill_leaves_room_for_short_arrivals():
+    """A running chunked prefill takes at most half the budget while others wait, and the waiting
+    short prompt starts in the same step."""
+    scheduler = make(num_blocks=400, caching=False, max_num_batched_tokens=64)
+    long = make_seq(list(range(500)), max_tokens=4)
+    scheduler.add(long)
+    first = scheduler.schedule()
+    assert [s.num_new_tokens for s in first.scheduled] == [64]       # alone: the whole budget
+    scheduler.after_step(first)
+    short = make_seq([1, 2, 3], max_tokens=4)
+    scheduler.add(short)
+    second = scheduler.schedule()
+    sizes = {id(s.seq): s.num_new_tokens for s in second.scheduled}
+    assert sizes[id(long)] == 32 and sizes[id(short)] == 3

@@ -170,12 +170,17 @@ class Scheduler:
             i += 1
 
         # 2. Running prefills (chunked prompts, recomputation): blocks were allocated at start.
+        #    While others wait, a chunk takes at most half the step budget, so a long prompt never
+        #    holds a whole step against short arrivals (their TTFT would be the long prefill's).
+        chunk_cap = budget
+        if self._waiting and self.config.enable_chunked_prefill:
+            chunk_cap = max(1, self.config.max_num_batched_tokens // 2)
         for seq in list(self._running):
             if budget <= 0:
                 break
             if seq.num_uncomputed_tokens <= 1:
                 continue
-            n = min(seq.num_uncomputed_tokens, budget)
+            n = min(seq.num_uncomputed_tokens, budget, chunk_cap)
             covered = self.allocator.ensure_slots(seq, seq.num_computed_tokens + n)
             assert covered, "a started sequence's blocks cover all of its token ids"
             scheduled.append(ScheduledSeq(seq, n))

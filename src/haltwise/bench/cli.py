@@ -1,0 +1,39 @@
+"""`haltwise bench {engine,peers,stops}`: one entry point for the benchmark programs.
+
+  engine  haltwise vs Hugging Face transformers in one process (bench/engine_bench.py)
+  peers   haltwise vs llama-cpp-python, in-process and through both HTTP servers (bench/peers.py)
+  stops   per-token cost of stop-string checking (bench/stop_cost.py; its own options follow)
+  termination  share of a real decode step spent on termination checks (bench/termination_share.py)
+
+Results go to stdout as a table; progress goes to stderr while it runs.
+"""
+from __future__ import annotations
+
+import argparse
+import importlib
+
+PROGRAMS = {
+    "engine": ("haltwise.bench.engine_bench", "haltwise vs transformers, same GGUF, same process"),
+    "peers": ("haltwise.bench.peers", "haltwise vs llama-cpp-python, in-process and via both servers"),
+    "stops": ("haltwise.bench.stop_cost", "stop-string checking cost per token (options: see --help)"),
+    "termination": ("haltwise.bench.termination_share", "share of a decode step spent on termination checks"),
+}
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    sub = parser.add_subparsers(dest="bench", metavar="{" + ",".join(PROGRAMS) + "}", required=True)
+    for name, (module, help_text) in PROGRAMS.items():
+        if name == "stops":
+            # stop_cost parses its own argv (including --help): this parser must not claim any "-" option.
+            p = sub.add_parser(name, help=help_text, description=help_text, prefix_chars="+", add_help=False)
+            p.add_argument("argv", nargs="*", help="options passed to the stop-cost benchmark")
+        else:
+            p = sub.add_parser(name, help=help_text, description=help_text)
+            importlib.import_module(module).add_arguments(p)
+
+
+def run(args: argparse.Namespace) -> int:
+    module = importlib.import_module(PROGRAMS[args.bench][0])
+    if args.bench == "stops":
+        return int(module.main(list(args.argv)) or 0)
+    return int(module.run(args) or 0)

@@ -1,0 +1,177 @@
+"""`haltwise eval-stops`: does layered termination beat a bare token limit? (seed 000 §4.4, honestly)
+
+The prompt set (src/haltwise/data/stop_prompts.jsonl) holds chat prompts of several kinds, each
+with the stop strings / presets that fit its kind (short answers: line; lists: paragraph; JSON:
+json; code: code_block; chat turns: turn + "\\nUser:"; loop-prone prompts: none). Every strategy
+runs the whole set through the real model, greedy, all prompts submitted at once (batched):
+
+  a  max_tokens only      eos ignored, no stop strings, no loop detection
+  b  + eos                the model's end-of-generation tokens end the text
+  c  + stops for the kind the prompt's stop strings and presets
+  d  + loop detection     repetition detector on (default settings)
+  e  + deadline           everything, and a per-request deadline (--deadline seconds)
+
+Metrics (completeness, JSON parse rate, latency p50/p95, token efficiency, runaways) are defined
+precisely in bench/stop_metrics.py; token efficiency uses strategy d's content end as reference.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any, Callable
+
+from haltwise.bench import common, stop_metrics
+from haltwise.bench.common import Progress
+from haltwise.bench.stop_metrics import Generation
+from haltwise.sampling_params import RepetitionDetection, SamplingParams
+
+PROMPT_SET = "stop_prompts.jsonl"
+STRATEGIES = ("a", "b", "c", "d", "e")
+LABELS = {"a": "a max_tokens only", "b": "b + eos", "c": "c + stop strings/presets", "d": "d + loop detection",
+          "e": "e + deadline (everything)"}
+REFERENCE = "d"
+
+
+@dataclass(frozen=True)
+class StopPrompt:
+    id: str
+    kind: str
+    messages: tuple[dict[str, str], ...]
+    stop: tuple[str, ...] = ()
+    stop_presets: tuple[str, ...] = ()
+
+
+def load_prompt_set(path: str | Path | None = None) -> list[StopPrompt]:
+    """The prompt set: a JSONL file (default: the one shipped in haltwise/data)."""
+    text = (Path(path).read_text(encoding="utf-8") if path is not None
+            else resources.files("haltwise").joinpath("data", PROMPT_SET).read_text(encoding="utf-8"))
+    rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+    return [StopPrompt(r["id"], r["kind"], tuple(r["messages"]), tuple(r.get("stop", ())),
+                       tuple(r.get("stop_presets", ()))) for r in rows]
+
+
+def first_per_kind(prompts: list[StopPrompt], n: int) -> list[StopPrompt]:
+    """The first n prompts of each kind, in file order."""
+    seen: dict[str, int] = {}
+    out = []
+    for p in prompts:
+        seen[p.kind] = seen.get(p.kind, 0) + 1
+        if seen[p.kind] <= n:
+            out.append(p)
+    return out
+
+
+def strategy_params(strategy: str, prompt: StopPrompt, max_tokens: int, deadline_s: float) -> SamplingParams:
+    """Greedy SamplingParams for one prompt under one strategy (each letter adds one layer)."""
+    level = STRATEGIES.index(strategy)
+    return SamplingParams(
+        temperature=0.0, max_tokens=max_tokens,
+        ignore_eos=level < 1,
+        stop=prompt.stop if level >= 2 else (),
+        stop_presets=prompt.stop_presets if level >= 2 else (),
+        repetition_detection=RepetitionDetection(enabled=level >= 3),
+        timeout=deadline_s if level >= 4 else None)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--max-tokens", type=int, default=None, help="per generation (default 256; --quick 64)")
+    parser.add_argument("--deadline", type=float, default=None,
+                        help="strategy e's per-request deadline in seconds (default 60; --quick 30)")
+    parser.add_argument("--prompts", type=str, default=None, help="a JSONL prompt set (default: the shipped one)")
+    parser.add_argument("--per-kind", type=int, default=None, help="use only the first N prompts of each kind")
+    parser.add_argument("--strategies", default="".join(STRATEGIES), help="which strategies to run, e.g. ade")
+    parser.add_argument("--json", type=str, default=None, help="write per-strategy records and generations here")
+    parser.add_argument("--png", type=str, default=None, help="write a chart here")
+    parser.add_argument("--quick", action="store_true", help="2 prompts per kind, 64 tokens")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--model", default=None, help="GGUF file or HF directory (default: SmolLM2)")
+    parser.add_argument("--tiny", action="store_true", help="test only: random tiny model")
+
+
+def run(args: argparse.Namespace) -> int:
+    from haltwise.llm import LLM
+
+    progress = Progress()
+    prompts = load_prompt_set(args.prompts)
+    per_kind = args.per_kind or (2 if args.quick else None)
+    if per_kind:
+        prompts = first_per_kind(prompts, per_kind)
+    max_tokens = args.max_tokens or (64 if args.quick else 256)
+    deadline = args.deadline or (30.0 if args.quick else 60.0)
+    strategies = [s for s in STRATEGIES if s in args.strategies]
+    if REFERENCE not in strategies:
+        strategies.insert(STRATEGIES.index(REFERENCE), REFERENCE)  # efficiency needs the reference
+    progress(f"loading the model ({'tiny' if args.tiny else args.model or 'SmolLM2'}, {args.dtype})")
+    # Prefix caching off: every strategy reruns the same prompts, and cache hits for the later ones
+    # would bias the latency comparison.
+    llm = LLM(args.model, dtype=args.dtype, tiny=args.tiny, enable_prefix_caching=False)
+    result = evaluate(llm, prompts, strategies, max_tokens, deadline, progress)
+    print(stop_metrics.format_table(result["strategies"], LABELS))
+    print(LEGEND)
+    common.write_json(args.json, result)
+    if args.png:
+        save_eval_chart(args.png, result["strategies"])
+    return 0
+
+
+LEGEND = """\
+complete: share ending by eos / stop string / stop preset (text complete); json ok: share of JSON prompts
+whose output parses; lat p50/p95: seconds arrival -> finish (all prompts at once); gen tok: tokens
+returned; useful: tokens up to the content end found by strategy d; effic.: useful / gen tok; runaway:
+generations cut by max_tokens or the window without a content end; deadline: cut by the deadline.  Definitions: haltwise/bench/stop_metrics.py."""
+
+
+def evaluate(llm: Any, prompts: list[StopPrompt], strategies: list[str], max_tokens: int, deadline_s: float,
+             progress: Callable[[str], None]) -> dict[str, Any]:
+    """Run each strategy over all prompts (batched); return summaries and every generation."""
+    ids = [llm.chat_prompt_ids(list(p.messages)) for p in prompts]
+    run_batch(llm.engine, prompts[:1], ids[:1], [strategy_params("a", prompts[0], 2, deadline_s)], "warmup")
+    gens: dict[str, list[Generation]] = {}
+    for s in strategies:
+        progress(f"strategy {LABELS[s]}: {len(prompts)} prompts, max_tokens {max_tokens}")
+        gens[s] = run_batch(llm.engine, prompts, ids, [strategy_params(s, p, max_tokens, deadline_s) for p in prompts],
+                            f"eval-{s}")
+    ref = stop_metrics.reference_ends(gens[REFERENCE])
+    summaries = [stop_metrics.summarize(s, gens[s], ref) for s in strategies]
+    return {"benchmark": "eval-stops", "environment": common.environment(), "max_tokens": max_tokens,
+            "deadline_s": deadline_s, "reference_strategy": REFERENCE, "labels": LABELS,
+            "kinds": sorted({p.kind for p in prompts}), "strategies": summaries,
+            "generations": {s: [asdict(g) for g in gs] for s, gs in gens.items()}}
+
+
+def run_batch(engine: Any, prompts: list[StopPrompt], ids: list[list[int]], params: list[SamplingParams],
+              tag: str) -> list[Generation]:
+    """Submit every prompt at once to the engine and step until all have finished."""
+    request_ids = [f"{tag}-{p.id}" for p in prompts]
+    for rid, prompt_ids, sp in zip(request_ids, ids, params):
+        engine.add_request(rid, prompt_ids, sp)
+    final = {}
+    while len(final) < len(request_ids):
+        for update in engine.step():
+            if update.finished and update.request_id in request_ids:
+                final[update.request_id] = update
+    out = []
+    for rid, p in zip(request_ids, prompts):
+        o = final[rid].outputs[0]
+        out.append(Generation(p.id, p.kind, o.termination.reason.value, len(o.token_ids),
+                              final[rid].latency or 0.0, o.text))
+    return out
+
+
+def save_eval_chart(path: str | Path, summaries: list[dict[str, Any]]) -> Path:
+    from haltwise.bench.charts import panel, save_chart
+
+    cats = [LABELS[s["strategy"]] for s in summaries]
+    shares = panel("shares (higher is better)", "share", cats,
+                   {"completeness": [s["completeness"] for s in summaries],
+                    "JSON parses": [s["json_parse_rate"] for s in summaries],
+                    "token efficiency": [s["token_efficiency"] for s in summaries]})
+    latency = panel("latency (all prompts at once)", "seconds", cats,
+                    {"p50": [s["latency_p50_s"] for s in summaries], "p95": [s["latency_p95_s"] for s in summaries]})
+    runaway = panel("cut generations (lower is better)", "count", cats,
+                    {"runaways (token limit)": [s["runaways"] for s in summaries],
+                     "deadline cuts": [s["deadline_cuts"] for s in summaries]})
+    return save_chart(path, [shares, latency, runaway], "haltwise eval-stops: stop strategies compared")

@@ -1,0 +1,108 @@
+"""Start an HTTP inference server as a subprocess, wait until it answers, and stop it cleanly.
+
+    with ServerProcess(haltwise_server_cmd(port), port, "haltwise") as server:
+        ... server.base_url ...
+
+The server's stdout and stderr go to a temporary log file whose tail is quoted when it fails to
+start (the file is then kept; after a clean stop it is removed). Stopping sends SIGTERM, waits,
+then SIGKILL: only the process this object started.
+"""
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import httpx
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def haltwise_server_cmd(port: int, dtype: str = "float32", tiny: bool = False, model: str | None = None,
+                        extra: tuple[str, ...] = ()) -> list[str]:
+    """`haltwise serve` (run as `python -m haltwise.server.serve`, the same options); ready at /ready."""
+    cmd = [sys.executable, "-m", "haltwise.server.serve", "--port", str(port), "--dtype", dtype]
+    if tiny:
+        cmd.append("--tiny")
+    if model:
+        cmd += ["--model", model]
+    return cmd + list(extra)
+
+
+def llama_cpp_server_cmd(port: int, gguf: str | Path, n_threads: int | None = 2,
+                         interrupt_requests: bool | None = False) -> list[str]:
+    """llama-cpp-python's OpenAI server; None leaves an option at its default."""
+    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--port", str(port),
+           "--host", "127.0.0.1"]
+    if n_threads is not None:
+        cmd += ["--n_threads", str(n_threads)]
+    if interrupt_requests is not None:
+        cmd += ["--interrupt_requests", str(interrupt_requests)]
+    return cmd
+
+
+class ServerProcess:
+    """A server subprocess; ready when GET ready_path answers 200."""
+
+    def __init__(self, cmd: list[str], port: int, name: str, ready_path: str = "/v1/models",
+                 start_timeout_s: float = 300.0) -> None:
+        self.cmd, self.port, self.name = cmd, port, name
+        self.ready_path = ready_path
+        self.start_timeout_s = start_timeout_s
+        self.base_url = f"http://127.0.0.1:{port}"
+        self._proc: subprocess.Popen | None = None
+        self._log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log", delete=False)
+        self._keep_log = False  # set when the server failed: its log is the evidence
+
+    def __enter__(self) -> "ServerProcess":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        self._proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + self.start_timeout_s
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                self._keep_log = True
+                raise RuntimeError(f"{self.name} server exited with {self._proc.returncode} (log: {self._log.name}):\n"
+                                   f"{self.log_tail()}")
+            try:
+                if httpx.get(self.base_url + self.ready_path, timeout=2.0).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.3)
+        self._keep_log = True
+        tail = self.log_tail()
+        self.stop()
+        raise RuntimeError(f"{self.name} server not ready after {self.start_timeout_s:.0f}s (log: {self._log.name}):\n"
+                           f"{tail}")
+
+    def stop(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        self._log.close()
+        if not self._keep_log:
+            Path(self._log.name).unlink(missing_ok=True)
+
+    def log_tail(self, chars: int = 3000) -> str:
+        if not self._log.closed:
+            self._log.flush()
+        return Path(self._log.name).read_text(encoding="utf-8", errors="replace")[-chars:]

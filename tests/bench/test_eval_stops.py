@@ -1,0 +1,79 @@
+"""eval-stops: the shipped prompt set, the strategy ladder, and a full run on the tiny model."""
+import json
+
+import pytest
+
+from haltwise.bench import eval_stops
+from haltwise.bench.eval_stops import STRATEGIES, first_per_kind, load_prompt_set, strategy_params
+from haltwise.cli import main
+from haltwise.sampling_params import STOP_PRESETS
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+SUMMARY_KEYS = {"strategy", "prompts", "completeness", "loop_cut_share", "json_prompts", "json_parse_rate",
+                "latency_p50_s", "latency_p95_s", "generated_tokens", "useful_tokens", "token_efficiency",
+                "runaways", "deadline_cuts", "reasons", "by_kind"}
+
+
+def test_prompt_set_is_large_and_varied():
+    prompts = load_prompt_set()
+    kinds = {p.kind for p in prompts}
+    assert len(prompts) >= 40
+    assert len(kinds) >= 5
+    assert {"json", "loop"} <= kinds
+    assert len({p.id for p in prompts}) == len(prompts)
+    for p in prompts:
+        assert p.messages and p.messages[-1]["role"] == "user"
+        assert set(p.stop_presets) <= set(STOP_PRESETS)
+        for s in STRATEGIES:
+            strategy_params(s, p, 64, 10.0)  # every prompt is valid under every strategy
+    assert all(p.stop_presets for p in prompts if p.kind != "loop")  # each non-loop kind has its stop
+
+
+def test_each_strategy_adds_one_layer():
+    p = next(p for p in load_prompt_set() if p.kind == "json")
+    a, b, c, d, e = (strategy_params(s, p, 32, 5.0) for s in STRATEGIES)
+    assert a.ignore_eos and not a.stop_presets and not a.repetition_detection.enabled and a.timeout is None
+    assert not b.ignore_eos and not b.stop_presets
+    assert c.stop_presets == ("json",) and not c.repetition_detection.enabled
+    assert d.repetition_detection.enabled and d.timeout is None
+    assert e.timeout == 5.0 and e.stop_presets == ("json",) and not e.ignore_eos
+    assert all(x.greedy and x.max_tokens == 32 for x in (a, b, c, d, e))
+
+
+def test_first_per_kind_keeps_file_order():
+    prompts = load_prompt_set()
+    subset = first_per_kind(prompts, 1)
+    assert [p.kind for p in subset] == list(dict.fromkeys(p.kind for p in prompts))
+
+
+def test_tiny_run_writes_complete_records(tmp_path, capsys):
+    out, png = tmp_path / "e.json", tmp_path / "e.png"
+    rc = main(["eval-stops", "--tiny", "--per-kind", "1", "--max-tokens", "12", "--deadline", "120",
+               "--json", str(out), "--png", str(png)])
+    assert rc == 0
+    result = json.loads(out.read_text())
+    assert [s["strategy"] for s in result["strategies"]] == list(STRATEGIES)
+    n = len(result["kinds"])
+    assert n >= 5
+    for s in result["strategies"]:
+        assert set(s) == SUMMARY_KEYS
+        assert s["prompts"] == n and sum(s["reasons"].values()) == n
+        assert 0.0 <= s["completeness"] <= 1.0 and 0.0 < s["token_efficiency"] <= 1.0
+        assert s["useful_tokens"] <= s["generated_tokens"] <= n * 12
+    a = result["strategies"][0]
+    assert a["runaways"] == n and a["reasons"] == {"max_tokens": n}  # no eos, no stops: every one runs to the limit
+    assert a["generated_tokens"] == n * 12
+    for gens in result["generations"].values():
+        assert {g["prompt_id"] for g in gens} == {g["prompt_id"] for g in result["generations"]["a"]}
+    assert png.read_bytes()[:8] == PNG_MAGIC
+    assert "a max_tokens only" in capsys.readouterr().out
+
+
+def test_loads_a_custom_prompt_file(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text(json.dumps({"id": "x", "kind": "k", "messages": [{"role": "user", "content": "hi"}]}) + "\n")
+    (p,) = load_prompt_set(path)
+    assert p.stop == () and p.stop_presets == () and p.kind == "k"
+    with pytest.raises(KeyError):
+        path.write_text(json.dumps({"id": "x"}) + "\n")
+        eval_stops.load_prompt_set(path)
