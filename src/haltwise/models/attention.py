@@ -103,14 +103,17 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
                                            scale=scale, enable_gqa=True)  # (Bd, H, 1, D)
         out[meta.decode_rows] = o.squeeze(2)
     for plan in meta.prefills:
-        queries = q[plan.rows].transpose(0, 1)              # (H, Q, D)
+        # SDPA gets a leading batch dim of 1: CPU's fused kernels take only 4-D inputs (3-D falls
+        # back to the generic path, several times slower for long prompts).
+        queries = q[plan.rows].transpose(0, 1).unsqueeze(0)                     # (1, H, Q, D)
         if plan.mask is None and k is not None and v is not None:
-            keys, values = k[plan.rows].transpose(0, 1), v[plan.rows].transpose(0, 1)  # (KVH, Q, D)
+            keys = k[plan.rows].transpose(0, 1).unsqueeze(0)                    # (1, KVH, Q, D)
+            values = v[plan.rows].transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale, enable_gqa=True)
         else:
-            keys = k_cache[plan.blocks].view(-1, kv_heads, dim).transpose(0, 1)    # (KVH, L, D)
-            values = v_cache[plan.blocks].view(-1, kv_heads, dim).transpose(0, 1)
+            keys = k_cache[plan.blocks].view(1, -1, kv_heads, dim).transpose(1, 2)    # (1, KVH, L, D)
+            values = v_cache[plan.blocks].view(1, -1, kv_heads, dim).transpose(1, 2)
             o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask,
                                                is_causal=plan.mask is None, scale=scale, enable_gqa=True)
-        out[plan.rows] = o.transpose(0, 1)                  # (Q, H, D)
+        out[plan.rows] = o[0].transpose(0, 1)                                   # (Q, H, D)
     return out
