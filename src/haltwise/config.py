@@ -1,7 +1,7 @@
 """Frozen configuration dataclasses: what the model is, and how the engine may use memory."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -51,7 +51,6 @@ class EngineConfig:
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
     num_threads: int | None = None      # torch intra-op threads; None = all cores
     int8_decode_rows: int = 0           # bfloat16 only: steps of at most this many rows use int8 weights (0 = off)
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:

