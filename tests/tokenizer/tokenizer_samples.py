@@ -1,7 +1,9 @@
 """Sample texts for the tokenizer tests (a plain module: tests import it by name)."""
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-LONGTEXT = "/work/shared/data/longtext/tempest_gut.txt"
+from haltwise.bench.common import longtext_files
+
+LONGTEXT = next(str(p) for p in longtext_files() if p.name == "tempest_gut.txt")
 
 MIXED_TEXT = (
     "Hello, world! It's 2024-06-01; the price is $1,234.56 (about €1.1k). I'm sure they'll've done it.\n"

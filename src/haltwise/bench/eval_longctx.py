@@ -29,6 +29,7 @@ from typing import Any
 import torch
 
 from haltwise.bench import longctx_report, passkey
+from haltwise.bench.common import longtext_files
 from haltwise.bench.longctx_runner import (METHODS, greedy_generate, rope_key, rope_scaling_for, set_rope,
                                            token_nll)
 
@@ -56,13 +57,10 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def default_text_files() -> list[Path]:
-    """The plays in ../shared/data/longtext, relative to the repository root (or the working directory)."""
-    roots = [Path(__file__).resolve().parents[3], Path.cwd()]
-    for root in roots:
-        folder = root.parent / "shared" / "data" / "longtext"
-        if folder.is_dir() and any(folder.glob("*.txt")):
-            return sorted(folder.glob("*.txt"))
-    raise FileNotFoundError("no long text found in ../shared/data/longtext; pass --text FILE")
+    files = longtext_files()
+    if not files:
+        raise FileNotFoundError("no long text found in ../shared/data/longtext; pass --text FILE")
+    return files
 
 
 def _floats(text: str) -> list[float]:

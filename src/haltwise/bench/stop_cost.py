@@ -23,8 +23,9 @@ from typing import Sequence
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.termination import Reason
+from haltwise.bench.common import longtext_files
 
-DEFAULT_TEXT = Path("/work/shared/data/longtext/tempest_gut.txt")
+DEFAULT_TEXT = next((p for p in longtext_files() if p.name == "tempest_gut.txt"), Path("/nonexistent"))
 
 
 def load_text(path: Path | None, min_chars: int, seed: int) -> str:
