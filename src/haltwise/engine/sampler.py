@@ -30,17 +30,24 @@ class SamplerOutput:
 class Sampler:
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
         """logits: (B, V) float32, one row per entry of rows."""
-        finite = torch.isfinite(logits).all(dim=-1)                      # (B,)
-        logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
+        # A row sum is NaN/Inf iff the row holds a NaN or an Inf (logits are far too small to overflow
+        # a float32 sum of 50k values): one reduction instead of an elementwise test over (B, V).
+        finite = torch.isfinite(logits.sum(dim=-1))                      # (B,)
+        if not bool(finite.all()):
+            logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
         raw = logits
-        logits = logits.clone()
-        for i, row in enumerate(rows):
-            _apply_penalties(logits[i], row)
-            if row.masked_token_ids:
-                logits[i, list(row.masked_token_ids)] = float("-inf")
+        edits = [i for i, r in enumerate(rows) if r.masked_token_ids or _has_penalties(r.params)]
+        if edits:
+            logits = logits.clone()
+            for i in edits:
+                _apply_penalties(logits[i], rows[i])
+                if rows[i].masked_token_ids:
+                    logits[i, list(rows[i].masked_token_ids)] = float("-inf")
         token_ids = torch.empty(len(rows), dtype=torch.long)
         greedy = [i for i, r in enumerate(rows) if r.params.greedy]
-        if greedy:
+        if len(greedy) == len(rows):
+            token_ids = logits.argmax(dim=-1)
+        elif greedy:
             token_ids[greedy] = logits[greedy].argmax(dim=-1)
         sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
         if sampled:
@@ -51,6 +58,10 @@ class Sampler:
                 token_ids[i] = (probs[j] / noise).argmax()
         ids = token_ids.tolist()
         return SamplerOutput(ids, finite.tolist(), _logprobs(raw, ids, rows))
+
+
+def _has_penalties(p: SamplingParams) -> bool:
+    return p.repetition_penalty != 1.0 or bool(p.frequency_penalty) or bool(p.presence_penalty)
 
 
 def _apply_penalties(logits: torch.Tensor, row: SamplingRow) -> None:
