@@ -5,22 +5,11 @@ from hypothesis import given, settings, strategies as st
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.termination import Reason
+from tests.stopping.reference import brute_period
 
 ALPHABET = "ab \n\té€<S>"
 EOS = frozenset({0, 1})
 SPECIAL = {"<S>": 9, "<|im_end|>": 0}  # "<S>" is also a special token's text (id 9)
-
-
-def brute_period(toks, max_period, min_repeats, min_tokens):
-    for p in range(1, max_period + 1):
-        if len(toks) < p:
-            break
-        length = p
-        while length < len(toks) and toks[-1 - length] == toks[-1 - length + p]:
-            length += 1
-        if length >= min_repeats * p and length >= min_tokens:
-            return p
-    return None
 
 
 def occurrences(text, stops, presets, after):

@@ -127,14 +127,18 @@ def _echo_texts(prompts: list[str | list[int]], run_outs: list[RequestOutput], t
     return texts
 
 
-@router.post("/v1/completions")
-async def create_completion(body: CompletionRequest, request: Request) -> Response:
-    """OpenAI completions; `prompt` may be a string, strings, token ids or lists of token ids."""
+def _begin(request: Request, body: Any) -> tuple[Any, Any, Any]:
+    """Common start of a generation route: (app state, SamplingParams, tokenizer), or an error."""
     st = _state(request)
     _check_model(st, body.model)
     _check_admitting(st)
-    params = body.to_sampling_params()
-    tok = st.engine.tokenizer
+    return st, body.to_sampling_params(), st.engine.tokenizer
+
+
+@router.post("/v1/completions")
+async def create_completion(body: CompletionRequest, request: Request) -> Response:
+    """OpenAI completions; `prompt` may be a string, strings, token ids or lists of token ids."""
+    st, params, tok = _begin(request, body)
     raw = body.prompts()
     prompts = [tok.encode(p) if isinstance(p, str) else p for p in raw]
     texts = [p if isinstance(p, str) else None for p in raw]
@@ -154,11 +158,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
 @router.post("/v1/chat/completions")
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI chat completions; the messages go through the model's chat template."""
-    st = _state(request)
-    _check_model(st, body.model)
-    _check_admitting(st)
-    params = body.to_sampling_params()
-    tok = st.engine.tokenizer
+    st, params, tok = _begin(request, body)
     try:
         text = tok.apply_chat_template(body.template_messages(), add_generation_prompt=True)
     except ValueError as exc:
