@@ -46,7 +46,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--methods", default=None, help=f"comma list of {', '.join(METHODS)}")
     p.add_argument("--passkey-depths", default=None, help="needle depths as shares of the text (e.g. 0.1,0.5,0.9)")
     p.add_argument("--no-passkey", action="store_true", help="perplexity only")
-    p.add_argument("--passkey-tokens", type=int, default=8, help="tokens generated for the passkey answer")
+    p.add_argument("--passkey-tokens", type=int, default=16,
+                   help="tokens generated for the answer (SmolLM2 spells digits one token each)")
     p.add_argument("--chunk", type=int, default=512, help="prefill chunk size in tokens")
     p.add_argument("--bucket", type=int, default=None, help="position bucket in tokens (default trained length / 8)")
     p.add_argument("--seed", type=int, default=0, help="seed for the pass keys")
