@@ -44,8 +44,9 @@ class EngineConfig:
     kv_cache_memory: int = 512 * 2**20  # bytes for the whole KV pool (K and V, all layers)
     max_model_len: int | None = None    # None = the model's trained window (or what rope scaling allows)
     max_num_seqs: int = 64              # sequences per step
-    max_num_batched_tokens: int = 512   # token budget per step (decodes first, then prefill chunks)
+    max_num_batched_tokens: int = 2048  # token budget per step (decodes first, then prefill chunks); as vLLM
     enable_chunked_prefill: bool = True  # split long prompts across steps
+    long_prefill_chunk: int = 256       # while requests wait, a running prefill takes at most this many tokens a step
     enable_prefix_caching: bool = True  # share full prompt blocks by content hash
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
@@ -55,8 +56,8 @@ class EngineConfig:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
-        if self.block_size < 1 or self.max_num_seqs < 1 or self.max_num_batched_tokens < 1:
-            raise ValueError("block_size, max_num_seqs and max_num_batched_tokens must be >= 1")
+        if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_chunk) < 1:
+            raise ValueError("block_size, max_num_seqs, max_num_batched_tokens and long_prefill_chunk must be >= 1")
         if self.int8_decode_rows and self.dtype != "bfloat16":
             raise ValueError("int8_decode_rows needs dtype bfloat16")
         if not 0.0 < self.watermark <= 1.0:

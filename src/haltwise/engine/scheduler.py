@@ -170,11 +170,12 @@ class Scheduler:
             i += 1
 
         # 2. Running prefills (chunked prompts, recomputation): blocks were allocated at start.
-        #    While others wait, a chunk takes at most half the step budget, so a long prompt never
-        #    holds a whole step against short arrivals (their TTFT would be the long prefill's).
+        #    While others wait, a chunk takes at most long_prefill_chunk tokens (and at most half the
+        #    budget), so a long prompt never holds whole steps against short arrivals, whose TTFT
+        #    would otherwise be the long prefill's; alone, it takes the whole budget.
         chunk_cap = budget
         if self._waiting and self.config.enable_chunked_prefill:
-            chunk_cap = max(1, self.config.max_num_batched_tokens // 2)
+            chunk_cap = max(1, min(self.config.long_prefill_chunk, self.config.max_num_batched_tokens // 2))
         for seq in list(self._running):
             if budget <= 0:
                 break

@@ -19,7 +19,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-memory", default="512MiB", help="KV pool: bytes (512MiB, 2GB) or a fraction of RAM (0.1)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
-    p.add_argument("--max-num-batched-tokens", type=int, default=512, help="token budget per engine step")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
     p.add_argument("--no-chunked-prefill", action="store_true", help="run each prompt's prefill in one step")
     p.add_argument("--no-prefix-caching", action="store_true", help="do not share prompt blocks between requests")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
