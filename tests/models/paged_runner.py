@@ -7,7 +7,8 @@ from __future__ import annotations
 import torch
 
 from haltwise.models.attention import AttentionMetadata
-from haltwise.models.llama import LlamaForCausalLM, allocate_kv_caches
+from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
+from haltwise.models.llama import LlamaForCausalLM
 
 
 class PagedRunner:
@@ -15,7 +16,9 @@ class PagedRunner:
         self.model, self.block_size = model, block_size
         self.blocks_per_seq = -(-max_len // block_size)
         dtype = model.model.embed_tokens.weight.dtype
-        self.kv = allocate_kv_caches(model.config, num_seqs * self.blocks_per_seq, block_size, dtype)
+        budget = KVBudget(model.config.kv_bytes_per_token(str(dtype).removeprefix("torch.")), block_size,
+                          num_seqs * self.blocks_per_seq)
+        self.kv = allocate_kv_caches(model.config, budget, str(dtype).removeprefix("torch."))
 
     def step(self, seq_ids: list[int], chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
         """Run chunk i of sequence seq_ids[i] at positions starts[i]...; -> (B, vocab) last-row logits."""

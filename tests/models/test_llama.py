@@ -5,7 +5,6 @@ import pytest
 import torch
 import transformers
 
-from haltwise.models.llama import allocate_kv_caches
 from haltwise.models.loader import load_model
 from haltwise.models.tiny import tiny_llama
 from tests.models.paged_runner import PagedRunner, greedy
@@ -103,9 +102,3 @@ def test_bfloat16_weights_close_to_float32(tmp_path):
     a = PagedRunner(f32, 1, 32).step([0], [ids], [0])
     b = PagedRunner(bf16, 1, 32).step([0], [ids], [0])
     assert b.dtype == torch.float32 and (a - b).abs().max() < 0.1 * a.abs().max()
-
-
-def test_allocate_kv_caches_shape():
-    model = tiny_llama(VOCAB)
-    kv = allocate_kv_caches(model.config, 7, 16, torch.bfloat16)
-    assert len(kv) == 2 and kv[0][0].shape == (7, 16, 2, 16) and kv[1][1].dtype == torch.bfloat16

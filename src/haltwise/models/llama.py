@@ -187,10 +187,3 @@ class LlamaForCausalLM(nn.Module):
             else:
                 names.add(name)
         return names
-
-
-def allocate_kv_caches(config: ModelConfig, num_blocks: int, block_size: int,
-                       dtype: torch.dtype = torch.float32) -> list[KVCache]:
-    """Zeroed (K, V) per layer, each (num_blocks, block_size, num_kv_heads, head_dim)."""
-    shape = (num_blocks, block_size, config.num_kv_heads, config.head_dim)
-    return [(torch.zeros(shape, dtype=dtype), torch.zeros(shape, dtype=dtype)) for _ in range(config.num_layers)]
