@@ -5,6 +5,8 @@ from dataclasses import dataclass
 from typing import Any
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+# Up to 4 rows the int4 copies beat prepacked bf16 by 2-3x; at 8 they are about even (models/step_linear.py).
+DEFAULT_QUANTIZED_DECODE_ROWS = 4
 
 
 @dataclass(frozen=True)
@@ -51,14 +53,19 @@ class EngineConfig:
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
     num_threads: int | None = None      # torch intra-op threads; None = all cores
-    int8_decode_rows: int = 0           # bfloat16 only: steps of at most this many rows use int8 weights (0 = off)
+    # bfloat16 only: steps of at most this many rows read int4/int8 weight copies (0 = off);
+    # None = DEFAULT_QUANTIZED_DECODE_ROWS with bfloat16, 0 otherwise (resolved at construction).
+    quantized_decode_rows: int | None = None
 
     def __post_init__(self) -> None:
         if self.dtype not in DTYPE_BYTES:
             raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
         if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_chunk) < 1:
             raise ValueError("block_size, max_num_seqs, max_num_batched_tokens and long_prefill_chunk must be >= 1")
-        if self.int8_decode_rows and self.dtype != "bfloat16":
-            raise ValueError("int8_decode_rows needs dtype bfloat16")
+        if self.quantized_decode_rows is None:
+            default = DEFAULT_QUANTIZED_DECODE_ROWS if self.dtype == "bfloat16" else 0
+            object.__setattr__(self, "quantized_decode_rows", default)
+        if self.quantized_decode_rows and self.dtype != "bfloat16":
+            raise ValueError("quantized_decode_rows needs dtype bfloat16")
         if not 0.0 < self.watermark <= 1.0:
             raise ValueError(f"watermark must be in (0, 1], got {self.watermark}")

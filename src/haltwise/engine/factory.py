@@ -11,7 +11,7 @@ import torch
 
 from haltwise.config import EngineConfig
 from haltwise.engine.engine import LLMEngine
-from haltwise.models.int8_decode import enable_int8_decode
+from haltwise.models.step_linear import enable_step_linears
 from haltwise.models.loader import load_model
 from haltwise.tokenizer.tokenizer import Tokenizer
 
@@ -43,7 +43,8 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
     log.info("loaded %s in %.2fs (tokenizer %.2fs)", loaded.path, time.perf_counter() - start,
              time.perf_counter() - tok_start)
     config = replace(config, max_model_len=loaded.max_model_len)
-    if config.int8_decode_rows:
-        enable_int8_decode(loaded.model, config.int8_decode_rows)
+    if config.dtype == "bfloat16":
+        formats = enable_step_linears(loaded.model, config.quantized_decode_rows)
+        log.info("bf16 linears prepacked; steps of <= %d rows read %s", config.quantized_decode_rows, formats)
     return LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                      generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)

@@ -37,7 +37,7 @@ class AttentionMetadata:
     block_size: int
     # Built once per step by prepare() and shared by every layer:
     decode_rows: torch.Tensor | None = None    # (Bd,) flat rows of the decoding sequences
-    decode_blocks: torch.Tensor | None = None  # (Bd, nb) block tables, cut to the longest context
+    decode_blocks: torch.Tensor | None = None  # (Bd * nb,) block tables cut to the longest context, flattened
     decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, nb * block_size) bool, True = may attend
     prefills: list[_PrefillPlan] = field(default_factory=list)
 
@@ -61,7 +61,7 @@ class AttentionMetadata:
             num_blocks = -(-int(lens.max()) // self.block_size)
             pos = torch.arange(num_blocks * self.block_size)
             self.decode_rows = torch.tensor([starts[s] for s in decodes])
-            self.decode_blocks = self.block_tables[decodes, :num_blocks]                       # (Bd, nb)
+            self.decode_blocks = self.block_tables[decodes, :num_blocks].flatten()              # (Bd * nb,)
             self.decode_mask = (pos[None, :] < lens[:, None])[:, None, None, :]            # (Bd, 1, 1, L)
         self.prefills = []
         for s, n in enumerate(q_lens):
@@ -95,13 +95,18 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     out = torch.empty_like(q)
     kv_heads, dim = k_cache.shape[2], k_cache.shape[3]
     if meta.decode_rows is not None:
-        bd = meta.decode_blocks.shape[0]
-        queries = q[meta.decode_rows].unsqueeze(2)                                      # (Bd, H, 1, D)
-        keys = k_cache[meta.decode_blocks].view(bd, -1, kv_heads, dim).transpose(1, 2)  # (Bd, KVH, L, D)
-        values = v_cache[meta.decode_blocks].view(bd, -1, kv_heads, dim).transpose(1, 2)
-        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.decode_mask,
-                                           scale=scale, enable_gqa=True)  # (Bd, H, 1, D)
-        out[meta.decode_rows] = o.squeeze(2)
+        bd = meta.decode_rows.shape[0]
+        group = q.shape[1] // kv_heads
+        # GQA is folded into the query axis: query head h reads kv head h // group, so a kv head's
+        # `group` query heads become `group` query rows of one SDPA head (no causal mask is needed,
+        # they all sit at the same position). The CPU flash kernel runs this ~1.6x faster than
+        # enable_gqa with a single query row. index_select on whole blocks is ~2x faster than
+        # advanced indexing.
+        queries = q[meta.decode_rows].view(bd, kv_heads, group, dim)                            # (Bd, KVH, G, D)
+        keys = _gather_blocks(k_cache, meta.decode_blocks, bd)                                # (Bd, KVH, L, D)
+        values = _gather_blocks(v_cache, meta.decode_blocks, bd)
+        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.decode_mask, scale=scale)
+        out[meta.decode_rows] = o.reshape(bd, -1, dim)                                          # (Bd, H, D)
     for plan in meta.prefills:
         # SDPA gets a leading batch dim of 1: CPU's fused kernels take only 4-D inputs (3-D falls
         # back to the generic path, several times slower for long prompts).
@@ -111,9 +116,15 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
             values = v[plan.rows].transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale, enable_gqa=True)
         else:
-            keys = k_cache[plan.blocks].view(1, -1, kv_heads, dim).transpose(1, 2)    # (1, KVH, L, D)
-            values = v_cache[plan.blocks].view(1, -1, kv_heads, dim).transpose(1, 2)
+            keys = _gather_blocks(k_cache, plan.blocks, 1)                         # (1, KVH, L, D)
+            values = _gather_blocks(v_cache, plan.blocks, 1)
             o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask,
                                                is_causal=plan.mask is None, scale=scale, enable_gqa=True)
         out[plan.rows] = o[0].transpose(0, 1)                                   # (Q, H, D)
     return out
+
+
+def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    """cache (N, block_size, KVH, D), blocks (num_seqs * nb,) -> (num_seqs, KVH, nb * block_size, D)."""
+    kv_heads, dim = cache.shape[2], cache.shape[3]
+    return cache.index_select(0, blocks).view(num_seqs, -1, kv_heads, dim).transpose(1, 2)

@@ -25,9 +25,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    p.add_argument("--int8-decode-rows", type=int, default=None,
-                   help="bfloat16 only: engine steps of at most this many rows multiply by int8 weight copies "
-                        "(decode is memory-bound; default 4 with bfloat16, 0 = off)")
+    p.add_argument("--quantized-decode-rows", type=int, default=None,
+                   help="bfloat16 only: engine steps of at most this many rows multiply by quantized weight "
+                        "copies, int4 where the GGUF weight is 4-bit, else int8 (decode is memory-bound; "
+                        "default 4 with bfloat16, 0 = off)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
@@ -47,13 +48,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
-        num_threads=args.threads, int8_decode_rows=_int8_rows(args))
-
-
-def _int8_rows(args: argparse.Namespace) -> int:
-    if args.int8_decode_rows is not None:
-        return args.int8_decode_rows
-    return 4 if args.dtype == "bfloat16" else 0
+        num_threads=args.threads, quantized_decode_rows=args.quantized_decode_rows)
 
 
 def read_model_config(model: str | None):
