@@ -6,7 +6,8 @@ from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from haltwise.config import ModelConfig
-from haltwise.models.rope import RotaryEmbedding, max_supported_len, rope_parameters, rope_type_of, rotate_half
+from haltwise.models.rope import (RotaryEmbedding, apply_rotary, max_supported_len, rope_parameters, rope_type_of,
+                                  rotate_half)
 
 WINDOW, HEAD_DIM, THETA = 512, 64, 50000.0
 SCALINGS = {
@@ -61,9 +62,10 @@ def test_apply_is_hf_rotate_half():
     rope = RotaryEmbedding(8, 10000.0, None, 64, 64)
     q, k = torch.randn(3, 2, 8), torch.randn(3, 1, 8)
     pos = torch.tensor([0, 7, 63])
-    rq, rk = rope(q, k, pos)
+    cos, sin = rope(pos)
+    rq, rk = apply_rotary(q, cos, sin), apply_rotary(k, cos, sin)
     assert torch.equal(rq[0], q[0]) and torch.equal(rk[0], k[0])        # position 0: identity
-    cos, sin = rope.cos[pos][:, None], rope.sin[pos][:, None]
+    assert torch.equal(cos, rope.cos[pos][:, None]) and torch.equal(sin, rope.sin[pos][:, None])
     assert torch.allclose(rq, q * cos + torch.cat([-q[..., 4:], q[..., :4]], -1) * sin)
     assert torch.allclose(rq.norm(dim=-1), q.norm(dim=-1), atol=1e-5)   # a rotation
     assert torch.equal(rotate_half(torch.arange(4.0)), torch.tensor([-2.0, -3.0, 0.0, 1.0]))

@@ -37,6 +37,7 @@ class AttentionMetadata:
     block_size: int
     # Built once per step by prepare() and shared by every layer:
     decode_rows: torch.Tensor | None = None    # (Bd,) flat rows of the decoding sequences
+    only_decodes: bool = False                 # every row is a decode, in order (decode_rows == arange(T))
     decode_blocks: torch.Tensor | None = None  # (Bd * nb,) block tables cut to the longest context, flattened
     decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, nb * block_size) bool, True = may attend
     prefills: list[_PrefillPlan] = field(default_factory=list)
@@ -61,6 +62,7 @@ class AttentionMetadata:
             num_blocks = -(-int(lens.max()) // self.block_size)
             pos = torch.arange(num_blocks * self.block_size)
             self.decode_rows = torch.tensor([starts[s] for s in decodes])
+            self.only_decodes = len(decodes) == len(q_lens)
             self.decode_blocks = self.block_tables[decodes, :num_blocks].flatten()              # (Bd * nb,)
             self.decode_mask = (pos[None, :] < lens[:, None])[:, None, None, :]            # (Bd, 1, 1, L)
         self.prefills = []
@@ -92,8 +94,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     Passing this step's k, v (T, kv_heads, D) lets a prefill chunk with no earlier context attend
     to them directly instead of reading them back from the cache.
     """
-    out = torch.empty_like(q)
     kv_heads, dim = k_cache.shape[2], k_cache.shape[3]
+    out = None if meta.only_decodes else torch.empty(q.shape, dtype=q.dtype)
     if meta.decode_rows is not None:
         bd = meta.decode_rows.shape[0]
         group = q.shape[1] // kv_heads
@@ -102,10 +104,13 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         # they all sit at the same position). The CPU flash kernel runs this ~1.6x faster than
         # enable_gqa with a single query row. index_select on whole blocks is ~2x faster than
         # advanced indexing.
-        queries = q[meta.decode_rows].view(bd, kv_heads, group, dim)                            # (Bd, KVH, G, D)
+        queries = q if meta.only_decodes else q[meta.decode_rows]
+        queries = queries.reshape(bd, kv_heads, group, dim)                                    # (Bd, KVH, G, D)
         keys = _gather_blocks(k_cache, meta.decode_blocks, bd)                                # (Bd, KVH, L, D)
         values = _gather_blocks(v_cache, meta.decode_blocks, bd)
         o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.decode_mask, scale=scale)
+        if meta.only_decodes:
+            return o.reshape(bd, -1, dim)                                                       # (T, H, D)
         out[meta.decode_rows] = o.reshape(bd, -1, dim)                                          # (Bd, H, D)
     for plan in meta.prefills:
         # SDPA gets a leading batch dim of 1: CPU's fused kernels take only 4-D inputs (3-D falls

@@ -18,9 +18,10 @@ from torch import nn
 
 from haltwise.config import ModelConfig
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
-from haltwise.models.rope import RotaryEmbedding
+from haltwise.models.rope import RotaryEmbedding, apply_rotary
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # each (num_blocks, block_size, num_kv_heads, head_dim)
+RopeTables = tuple[torch.Tensor, torch.Tensor]  # cos, sin: (T, 1, head_dim) for this step's positions
 
 
 class RMSNorm(nn.Module):
@@ -31,9 +32,7 @@ class RMSNorm(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """Normalise in float32, scale in the input dtype (as transformers does)."""
-        h = x.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype)
+        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
 
 
 class Attention(nn.Module):
@@ -45,15 +44,14 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
         self.scale = self.head_dim ** -0.5
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, kv_cache: KVCache,
-                meta: AttentionMetadata) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)."""
-        T = x.shape[0]
-        q, k, v = self.qkv_proj(x).split([self.q_size, self.kv_size, self.kv_size], dim=-1)
-        q = q.view(T, self.num_heads, self.head_dim)        # (T, H, D)
-        k = k.view(T, self.num_kv_heads, self.head_dim)     # (T, KV, D)
-        v = v.view(T, self.num_kv_heads, self.head_dim)     # (T, KV, D)
-        q, k = rope(q, k, positions)
+        T, D = x.shape[0], self.head_dim
+        qkv = self.qkv_proj(x)                                                   # (T, q + 2 kv)
+        # q and k heads sit side by side in qkv's columns: rotate them as one (T, H + KV, D) tensor.
+        qk = apply_rotary(qkv[:, :self.q_size + self.kv_size].view(T, -1, D), *rope)
+        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]                   # (T, H, D), (T, KV, D)
+        v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, D)  # (T, KV, D)
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
         out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v)  # (T, H, D)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))
@@ -79,9 +77,8 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
         self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, rope: RotaryEmbedding, kv_cache: KVCache,
-                meta: AttentionMetadata) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), positions, rope, kv_cache, meta)
+    def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
+        h = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -98,8 +95,9 @@ class LlamaModel(nn.Module):
                 meta: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
         """(T,) ids -> (B, hidden) final-normed hidden states at the rows in logits_indices."""
         h = self.embed_tokens(input_ids)                    # (T, hidden)
+        rope = self.rotary_emb(positions)
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            h = layer(h, positions, self.rotary_emb, kv_cache, meta)
+            h = layer(h, rope, kv_cache, meta)
         return self.norm(h[logits_indices])                 # (B, hidden)
 
 

@@ -144,8 +144,11 @@ class RotaryEmbedding(nn.Module):
         self.attention_scaling = scaling
         self.max_len = max_len
 
-    def forward(self, q: torch.Tensor, k: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """q: (T, heads, D), k: (T, kv_heads, D), positions: (T,) -> rotated q, k."""
-        cos = self.cos[positions].unsqueeze(1)  # (T, 1, D)
-        sin = self.sin[positions].unsqueeze(1)  # (T, 1, D)
-        return q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
+    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: (T,) -> cos, sin: (T, 1, D) each, looked up once a step and shared by every layer."""
+        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+
+
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x: (T, heads, D) rotated by the (T, 1, D) tables: x * cos + rotate_half(x) * sin."""
+    return x * cos + rotate_half(x) * sin
