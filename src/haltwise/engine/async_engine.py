@@ -22,6 +22,7 @@ from typing import AsyncIterator
 from haltwise.config import EngineConfig
 from haltwise.engine.breaker import CircuitBreaker
 from haltwise.engine.engine import EngineStats, LLMEngine
+from haltwise.engine.torch_thread import TorchThread
 from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
@@ -39,8 +40,10 @@ class _Submission:
 
 
 class AsyncEngine:
-    def __init__(self, engine: LLMEngine, watchdog_s: float = 30.0, breaker: CircuitBreaker | None = None):
+    def __init__(self, engine: LLMEngine, watchdog_s: float = 30.0, breaker: CircuitBreaker | None = None,
+                 torch_thread: TorchThread | None = None):
         self.engine = engine
+        self._torch_thread = torch_thread or TorchThread()  # runs the step loop (build() also loads on it)
         self.tokenizer = engine.tokenizer
         self.model_config = engine.model_config
         self.engine_config = engine.config
@@ -53,7 +56,7 @@ class AsyncEngine:
         self._stop = threading.Event()
         self._accepting = False
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._threads: list[threading.Thread] = []
+        self._threads: list[threading.Thread] = [self._torch_thread.thread]
         self._step_started: float | None = None     # monotonic start of the step in flight
         self._step_requests: list[str] = []         # request ids in the step in flight
         self._stats = replace(engine.stats())
@@ -64,17 +67,19 @@ class AsyncEngine:
               watchdog_s: float = 30.0, breaker_threshold: int = 3, breaker_cooldown_s: float = 5.0) -> "AsyncEngine":
         from haltwise.engine.factory import build_engine
 
-        engine = build_engine(model, engine_config, rope_scaling=rope_scaling, default_timeout=default_timeout, tiny=tiny)
-        return cls(engine, watchdog_s, CircuitBreaker(breaker_threshold, breaker_cooldown_s))
+        torch_thread = TorchThread()  # the model is loaded on the thread that will step it (see torch_thread.py)
+        engine = torch_thread.call(build_engine, model, engine_config, rope_scaling=rope_scaling,
+                                   default_timeout=default_timeout, tiny=tiny)
+        return cls(engine, watchdog_s, CircuitBreaker(breaker_threshold, breaker_cooldown_s), torch_thread)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
     async def start(self) -> None:
         self._loop = asyncio.get_running_loop()
         self._accepting = True
-        for target, name in ((self._run, "haltwise-engine"), (self._watch, "haltwise-watchdog")):
-            thread = threading.Thread(target=target, name=name, daemon=True)
-            thread.start()
-            self._threads.append(thread)
+        self._torch_thread.submit(self._run)
+        watchdog = threading.Thread(target=self._watch, name="haltwise-watchdog", daemon=True)
+        watchdog.start()
+        self._threads.append(watchdog)
 
     async def shutdown(self, grace: float = 10.0) -> None:
         """Stop admitting; let in-flight requests finish for up to `grace` seconds, then cancel the rest."""
@@ -89,6 +94,7 @@ class AsyncEngine:
             await asyncio.sleep(0.05)
         self._stop.set()
         self._wake.set()
+        self._torch_thread.close()
 
     @property
     def ready(self) -> bool:
