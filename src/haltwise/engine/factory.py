@@ -11,8 +11,8 @@ import torch
 
 from haltwise.config import EngineConfig
 from haltwise.engine.engine import LLMEngine
-from haltwise.models.step_linear import enable_step_linears
 from haltwise.models.loader import load_model
+from haltwise.models.step_linear import enable_step_linears
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
