@@ -20,7 +20,6 @@ Measured on the 2-core dev machine, SmolLM2-135M's 30 layers of linears (ms per 
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 INT4_GROUP = 32
@@ -58,8 +57,6 @@ class StepLinear(nn.Module):
                 return torch.ops.aten._weight_int4pack_mm_for_cpu(x.contiguous(), self.int4[0], INT4_GROUP, self.int4[1])
             if self.int8 is not None:
                 return torch.ops.aten._weight_int8pack_mm(x.contiguous(), *self.int8)
-        if x.shape[0] == 0:
-            return F.linear(x, self.weight)
         return torch.ops.mkldnn._linear_pointwise(x, self.packed, None, "none", [], "")
 
 
