@@ -1,0 +1,137 @@
+"""The seam every linear kernel plugs into: a LinearFormat prepares a weight once and multiplies by it.
+
+A format is one way to compute y = x @ W.T on this CPU (plain float32, bf16, oneDNN-prepacked bf16,
+int8/int4 weight-only, native GGUF-block kernels, ...). The plan (plan.py) measures every registered
+format on the model's real shapes and keeps, per row bucket, the fastest whose numbers agree with the
+float32 reference within the format's own `tolerance`. Contract:
+
+  * `unavailable(host)` names why the format cannot run here (missing ISA, missing op), else None.
+    Only cheap checks belong here; `prepare` may still raise Unsupported (or anything: the plan
+    catches every exception and records it as the reason the format is excluded).
+  * `prepare(source)` -> an opaque object holding the weight in the format. It must not keep
+    `source.weight` alive unless it multiplies by it (memory).
+  * `run(prepared, x)`: x (rows, in) float32, contiguous, rows >= 1 -> (rows, out) float32 = x @ W.T.
+    The bias is NOT the format's business: PlannedLinear adds `source.bias` after `run`.
+  * `version`: bump it when the format's numbers or speed change, so cached plans are re-measured.
+
+Native formats register themselves on import of `haltwise.kernels.native` (see `all_formats`).
+"""
+from __future__ import annotations
+
+import hashlib
+import importlib
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+from haltwise.kernels.host import HostInfo
+
+
+class Unsupported(Exception):
+    """This format cannot hold this weight (e.g. not on a 4-bit grid); the message says why."""
+
+
+@dataclass(frozen=True, eq=False)
+class GGUFShard:
+    """One checkpoint tensor's raw GGUF blocks, rows in Hugging Face order (q/k unpermuted)."""
+
+    qtype: Any                   # gguf.GGMLQuantizationType
+    data: np.ndarray             # uint8 (rows, bytes_per_row)
+    rows: int
+
+
+@dataclass(eq=False)
+class LinearSource:
+    """One linear weight as the checkpoint gives it.
+
+    name: fused HF-style name ("model.layers.0.self_attn.qkv_proj"); weight: (out, in) float32, the
+    dequantized checkpoint values; gguf: the raw blocks, one shard per fused part in row order, or None.
+    """
+
+    name: str
+    weight: torch.Tensor
+    bias: torch.Tensor | None = None
+    gguf: list[GGUFShard] | None = None
+    _group: str | None = field(default=None, repr=False)
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.weight.shape)  # type: ignore[return-value]
+
+    def group_key(self) -> str:
+        """Sources with equal keys are measured once and share a plan: their shape and what their values
+        are (the GGUF quantization types when raw blocks exist, else whether they lie on a 4-bit grid)."""
+        if self._group is None:
+            from haltwise.kernels.quant import int4_grid
+
+            if self.gguf:
+                kind = "+".join(getattr(s.qtype, "name", str(s.qtype)) for s in self.gguf)
+            else:
+                kind = "grid4" if int4_grid(self.weight) is not None else "dense"
+            self._group = f"{self.shape[0]}x{self.shape[1]}:{kind}"
+        return self._group
+
+
+class LinearFormat(ABC):
+    name: str = ""
+    tolerance: float = 0.0       # max allowed max|y - y_ref| / max|y_ref| against float32 F.linear
+    exact: bool = False          # computes in float32 on the checkpoint's own values
+    version: int = 1
+
+    def unavailable(self, host: HostInfo) -> str | None:
+        return None
+
+    @abstractmethod
+    def prepare(self, source: LinearSource) -> Any: ...
+
+    @abstractmethod
+    def run(self, prepared: Any, x: torch.Tensor) -> torch.Tensor: ...
+
+    def __repr__(self) -> str:
+        return f"<LinearFormat {self.name}>"
+
+
+_REGISTRY: dict[str, LinearFormat] = {}
+_PLUGINS = ("haltwise.kernels.torch_formats", "haltwise.kernels.native")
+_loaded = False
+
+
+def register(fmt: LinearFormat) -> LinearFormat:
+    """Add (or replace, by name) a format. Returns it, so it can decorate an instance assignment."""
+    if not fmt.name:
+        raise ValueError("a LinearFormat needs a name")
+    _REGISTRY[fmt.name] = fmt
+    return fmt
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def _load_plugins() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        for module in _PLUGINS:
+            importlib.import_module(module)
+
+
+def all_formats() -> list[LinearFormat]:
+    """Every registered format, in registration order (built-in torch formats first)."""
+    _load_plugins()
+    return list(_REGISTRY.values())
+
+
+def get(name: str) -> LinearFormat:
+    _load_plugins()
+    return _REGISTRY[name]
+
+
+def registry_version(formats: list[LinearFormat] | None = None) -> str:
+    """A digest of the formats' names and versions: part of the plan-cache key."""
+    formats = all_formats() if formats is None else formats
+    text = ",".join(f"{f.name}@{f.version}" for f in formats)
+    return hashlib.sha256(text.encode()).hexdigest()[:12]

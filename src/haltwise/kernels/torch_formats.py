@@ -1,0 +1,85 @@
+"""The formats torch ships: float32, bf16, oneDNN-prepacked bf16, int8 and int4 weight-only.
+
+Whether each runs, and how fast, depends on the CPU: oneDNN's bf16 reorder needs AVX512-BW/VL/DQ or
+AVX-NE-CONVERT and raises elsewhere; bf16 F.linear runs everywhere but is emulated (slow for many rows)
+without AVX512-BF16/AMX. The plan measures; nothing here guesses speed.
+"""
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from haltwise.kernels.formats import LinearFormat, LinearSource, Unsupported, register
+from haltwise.kernels.host import HostInfo
+from haltwise.kernels.quant import INT4_GROUP, int4_grid, int8_per_row
+
+
+class Float32(LinearFormat):
+    name, tolerance, exact = "float32", 1e-5, True
+
+    def prepare(self, source: LinearSource) -> torch.Tensor:
+        return source.weight.float().contiguous()                                   # (out, in)
+
+    def run(self, prepared: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, prepared)
+
+
+class BF16(LinearFormat):
+    """bf16 weight and activations, float32 accumulation, float32 out."""
+    name, tolerance = "bf16", 0.03
+
+    def prepare(self, source: LinearSource) -> torch.Tensor:
+        return source.weight.to(torch.bfloat16).contiguous()
+
+    def run(self, prepared: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x.to(torch.bfloat16), prepared).float()
+
+
+class OneDNNBF16(LinearFormat):
+    """bf16 weight reordered once into oneDNN's blocked layout (plain F.linear reorders every call)."""
+    name, tolerance = "bf16-onednn", 0.03
+
+    def unavailable(self, host: HostInfo) -> str | None:
+        if not torch.backends.mkldnn.is_available():
+            return "torch was built without oneDNN"
+        return None
+
+    def prepare(self, source: LinearSource) -> torch.Tensor:
+        return torch.ops.mkldnn._reorder_linear_weight(source.weight.to(torch.bfloat16), 32)  # opaque layout
+
+    def run(self, prepared: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.mkldnn._linear_pointwise(x.to(torch.bfloat16), prepared, None, "none", [], "").float()
+
+
+class Int8WeightOnly(LinearFormat):
+    """int8 weight, one float32 scale per output row; float32 activations."""
+    name, tolerance = "int8-wo", 0.05
+
+    def prepare(self, source: LinearSource) -> tuple[torch.Tensor, torch.Tensor]:
+        return int8_per_row(source.weight)
+
+    def run(self, prepared: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.aten._weight_int8pack_mm(x, *prepared)
+
+
+class Int4WeightOnly(LinearFormat):
+    """int4 weight with float32 scale and zero per group of 32 inputs: only for weights already on a
+    4-bit grid (Q4_1 tensors), so its values are the checkpoint's own."""
+    name, tolerance = "int4-wo", 0.01
+
+    def prepare(self, source: LinearSource) -> tuple[torch.Tensor, torch.Tensor]:
+        grid = int4_grid(source.weight)
+        if grid is None:
+            raise Unsupported(f"weight is not on a 4-bit grid (groups of {INT4_GROUP})")
+        q, scale, zero = grid
+        packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
+        scales_and_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()  # (groups, out, 2)
+        return packed, scales_and_zeros
+
+    def run(self, prepared: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
+        packed, scales_and_zeros = prepared
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, scales_and_zeros)
+
+
+for _fmt in (Float32(), BF16(), OneDNNBF16(), Int8WeightOnly(), Int4WeightOnly()):
+    register(_fmt)
