@@ -4,7 +4,7 @@ Measuring: for each group of equal-keyed sources (LinearSource.group_key), one r
 prepared in every registered format. A format is excluded on this host when it is unavailable, when
 prepare or run raises, or when its output disagrees with float32 F.linear by more than its tolerance
 (max|y - y_ref| / max|y_ref| on random inputs of 1 and 33 rows). The rest are timed at each bucket's row
-count, interleaved, the fastest of a few samples (a loaded host only ever adds time: on a shared 2-core
+count, interleaved single calls, the fastest of a few (a loaded host only ever adds time: on a shared 2-core
 machine medians swung 100x between runs while minimums held); a format more than DROP_FACTOR slower
 than the best at a bucket is not timed at larger buckets (its time only grows). A source with
 `max_rows` (lm_head: only sampled rows reach it) is not timed beyond the bucket that covers them.
@@ -26,7 +26,8 @@ from haltwise.kernels.host import HostInfo
 
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 256)   # a step of r rows uses the smallest bucket >= r (256 for > 64)
 DROP_FACTOR = 3.0
-SAMPLE_S = 0.002                          # one sample repeats a call until it spans about this long
+SAMPLES = 7                               # single timed calls per format and bucket, the fastest kept ...
+SAMPLE_BUDGET_MS = 30.0                   # ... but past 2 calls, none once a format has spent this long
 CHECK_ROWS = (1, 33)
 FALLBACK = "float32"
 
@@ -112,15 +113,14 @@ def check(fmt: LinearFormat, prepared, source: LinearSource) -> str | None:
     return None
 
 
-def _sample_ms(fmt: LinearFormat, prepared, x: torch.Tensor, repeat: int) -> float:
+def _call_ms(fmt: LinearFormat, prepared, x: torch.Tensor) -> float:
     start = time.perf_counter()
-    for _ in range(repeat):
-        fmt.run(prepared, x)
-    return (time.perf_counter() - start) * 1e3 / repeat
+    fmt.run(prepared, x)
+    return (time.perf_counter() - start) * 1e3
 
 
 def measure_group(key: str, sources: list[LinearSource], formats: Iterable[LinearFormat], host: HostInfo,
-                  samples: int = 5) -> GroupPlan:
+                  samples: int = SAMPLES) -> GroupPlan:
     source = sources[0]
     plan = GroupPlan(key, len(sources))
     live: dict[str, tuple[LinearFormat, object]] = {}
@@ -145,16 +145,13 @@ def measure_group(key: str, sources: list[LinearSource], formats: Iterable[Linea
                 t[b] = t[last]                               # rows beyond max_rows never come
             continue
         x = torch.randn(rows, source.shape[1], generator=gen)
-        first = {}
-        for name, (fmt, prepared) in live.items():              # warm-up call, also sizes the samples
-            first[name] = _sample_ms(fmt, prepared, x, 1)
-        repeat = {n: max(1, min(50, int(SAMPLE_S * 1e3 / max(t, 1e-6)))) for n, t in first.items()}
-        n_samples = {n: samples if t < 20 else 3 if t < 200 else 2 for n, t in first.items()}
         times: dict[str, list[float]] = {n: [] for n in live}
-        for i in range(max(n_samples.values(), default=0)):
+        for name, (fmt, prepared) in live.items():              # warm-up call (first-call packing, caches)
+            fmt.run(prepared, x)
+        for i in range(samples):                               # interleaved single calls
             for name, (fmt, prepared) in live.items():
-                if i < n_samples[name]:
-                    times[name].append(_sample_ms(fmt, prepared, x, repeat[name]))
+                if i < 2 or sum(times[name]) < SAMPLE_BUDGET_MS:
+                    times[name].append(_call_ms(fmt, prepared, x))
         medians = {n: min(t) for n, t in times.items()}
         for name, t in medians.items():
             plan.ms[name][b] = round(t, 4)
@@ -171,7 +168,7 @@ def group_sources(sources: Iterable[LinearSource]) -> dict[str, list[LinearSourc
 
 
 def measure_plan(sources: list[LinearSource], formats: list[LinearFormat], host: HostInfo,
-                 cache_key: str = "", samples: int = 5) -> KernelPlan:
+                 cache_key: str = "", samples: int = SAMPLES) -> KernelPlan:
     start = time.perf_counter()
     groups = {key: measure_group(key, members, formats, host, samples)
               for key, members in group_sources(sources).items()}
