@@ -11,15 +11,19 @@ GIB = 2**30
 
 
 def test_auto_pool_is_a_share_of_available_ram():
-    assert auto_kv_memory(46080, 16, 8192, available=20 * GIB) == int(KV_AUTO_FRACTION * 20 * GIB)
+    assert auto_kv_memory(46080, 16, 8192, 64, available=20 * GIB) == int(KV_AUTO_FRACTION * 20 * GIB)
 
 
 def test_auto_pool_grows_to_hold_one_full_sequence_when_that_fits():
     one_seq = 16384 * 46080                     # SmolLM2 float32 at 16k tokens: 720 MiB
-    assert auto_kv_memory(46080, 16, 16384, available=4 * GIB) == one_seq
+    assert auto_kv_memory(46080, 16, 16384, 64, available=4 * GIB) == one_seq
     assert one_seq > KV_AUTO_FRACTION * 4 * GIB
     tiny_ram = int(one_seq / KV_AUTO_MAX_FRACTION) - 1   # one sequence would take over half the RAM: not grown
-    assert auto_kv_memory(46080, 16, 16384, available=tiny_ram) == int(KV_AUTO_FRACTION * tiny_ram)
+    assert auto_kv_memory(46080, 16, 16384, 64, available=tiny_ram) == int(KV_AUTO_FRACTION * tiny_ram)
+
+
+def test_auto_pool_never_exceeds_max_num_seqs_full_sequences():
+    assert auto_kv_memory(512, 16, 256, 4, available=20 * GIB) == 4 * 256 * 512
 
 
 def test_parse_memory_keeps_auto_and_reads_this_hosts_ram():

@@ -65,7 +65,8 @@ def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> E
     """Resolve kv_cache_memory 'auto' to bytes; refuse an explicit max_model_len the pool cannot hold."""
     if config.kv_cache_memory == "auto":
         per_token = model_config.kv_bytes_per_token(config.kv_dtype)
-        config = replace(config, kv_cache_memory=auto_kv_memory(per_token, config.block_size, max_len))
+        config = replace(config, kv_cache_memory=auto_kv_memory(per_token, config.block_size, max_len,
+                                                                   config.max_num_seqs))
     budget = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, config.kv_cache_memory)
     if config.max_model_len is not None:
         budget.check_fits(max_len)

@@ -3,7 +3,7 @@
 `--kv-cache-memory auto` (the CLI default) sizes the pool to the host, as vLLM's
 gpu_memory_utilization does for a GPU: KV_AUTO_FRACTION of the RAM available at start
 (MemAvailable), raised to hold at least one max-model-len sequence when that still fits in
-KV_AUTO_MAX_FRACTION of it. A pool that cannot hold one sequence of an explicitly asked
+KV_AUTO_MAX_FRACTION of it, and never more than max_num_seqs full-length sequences need. A pool that cannot hold one sequence of an explicitly asked
 max_model_len is refused at start, with the numbers (a prompt that long could never run).
 """
 from __future__ import annotations
@@ -71,12 +71,13 @@ def available_ram() -> int:
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
 
 
-def auto_kv_memory(bytes_per_token: int, block_size: int, max_model_len: int, available: int | None = None) -> int:
+def auto_kv_memory(bytes_per_token: int, block_size: int, max_model_len: int, max_num_seqs: int = 64,
+                   available: int | None = None) -> int:
     """The auto pool in bytes: KV_AUTO_FRACTION of available RAM, or one full sequence if that is more
-    and stays within KV_AUTO_MAX_FRACTION."""
+    and stays within KV_AUTO_MAX_FRACTION; at most max_num_seqs full sequences."""
     available = available_ram() if available is None else available
     one_sequence = math.ceil(max_model_len / block_size) * block_size * bytes_per_token
-    share = int(KV_AUTO_FRACTION * available)
+    share = min(int(KV_AUTO_FRACTION * available), max_num_seqs * one_sequence)
     return max(share, one_sequence) if one_sequence <= KV_AUTO_MAX_FRACTION * available else share
 
 
