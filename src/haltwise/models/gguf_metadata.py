@@ -53,6 +53,15 @@ def _rope_freq_factors(reader: GGUFReader) -> tuple[float, ...] | None:
     return None
 
 
+def _layer_types(pattern: Any, family_every: int | None, layers: int) -> tuple[str, ...]:
+    """Which layers slide: the file's sliding_window_pattern (every n-th layer global, or one bool per
+    layer, True = sliding), else the family's implicit pattern, else (Mistral) every layer."""
+    if isinstance(pattern, list):
+        return tuple("sliding_attention" if p else "full_attention" for p in pattern)
+    every = int(pattern) if pattern else family_every
+    return window_pattern(layers, every) if every else ("sliding_attention",) * layers
+
+
 def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
     """ModelConfig from GGUF metadata; ModelLoadError for an unsupported architecture or missing keys."""
     options = family_of(_field(reader, "general.architecture"), str(path))
@@ -76,9 +85,9 @@ def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
     head_dim = int(_field(reader, f"{arch}.attention.key_length", hidden // heads))
     sliding = _field(reader, f"{arch}.attention.sliding_window")
     layer_types = None
-    if sliding is not None:   # a family with a window pattern; otherwise (Mistral) every layer slides
-        every = options.gguf_window_every
-        layer_types = window_pattern(layers, every) if every else ("sliding_attention",) * layers
+    if sliding is not None:
+        layer_types = _layer_types(_field(reader, f"{arch}.attention.sliding_window_pattern"),
+                                   options.gguf_window_every, layers)
     softcap = _field(reader, f"{arch}.final_logit_softcapping")
     return ModelConfig(
         vocab_size=int(vocab),
@@ -100,7 +109,8 @@ def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
         hidden_act=options.hidden_act,
         sliding_window=None if sliding is None else int(sliding),
         layer_types=layer_types,
-        rope_local_theta=options.gguf_local_rope_theta if sliding is not None else None,
+        rope_local_theta=(float(_field(reader, f"{arch}.rope.freq_base_swa", options.gguf_local_rope_theta or 0))
+                          or None) if sliding is not None else None,
         # query_pre_attn_scalar stays None (= head_dim): GGUF does not store it; Gemma 3's is head_dim
         # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
         final_logit_softcapping=None if softcap is None else float(softcap),
