@@ -12,6 +12,12 @@ from tests.models.families import FAMILIES, VOCAB, WINDOW, hf_model, save_hf, wr
 from tests.models.paged_runner import PagedRunner, greedy
 
 NEW_TOKENS = 24
+@pytest.fixture(autouse=True)
+def no_weight_cache(monkeypatch):
+    """These GGUFs live in tmp_path: keep their dequantized copies out of the user's cache."""
+    monkeypatch.setenv("HALTWISE_WEIGHT_CACHE", "0")
+
+
 PROMPT = torch.randint(4, VOCAB, (3 * WINDOW + 5,), generator=torch.Generator().manual_seed(7)).tolist()
 
 

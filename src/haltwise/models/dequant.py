@@ -27,6 +27,7 @@ from haltwise.models import dequant_k
 from haltwise.models.dequant_bits import bits_of_words, f16_column, nibbles
 
 BLOCK_SIZE = 32
+_CHUNK_WEIGHTS = 1 << 16
 # IQ4_NL's non-linear 4-bit codebook (shared with IQ4_XS).
 IQ4_KVALUES = dequant_k.IQ4_KVALUES
 
@@ -100,5 +101,10 @@ def dequantize(raw: np.ndarray, qtype: Q, shape: tuple[int, ...]) -> torch.Tenso
         return data.view(_PLAIN[qtype]).float().reshape(shape)
     if qtype not in _DECODERS:
         dequantize_blocks(data[:0].view(0, 1), qtype)                   # raises, naming the type
-    blocks = data.view(-1, GGML_QUANT_SIZES[qtype][1])                  # (n_blocks, bytes)
-    return dequantize_blocks(blocks, qtype).reshape(shape)
+    block, size = GGML_QUANT_SIZES[qtype]
+    blocks = data.view(-1, size)                                        # (n_blocks, bytes)
+    out = torch.empty(blocks.shape[0], block)                           # (n_blocks, block_elems)
+    step = max(1, _CHUNK_WEIGHTS // block)          # chunks keep each op's temporaries in cache
+    for start in range(0, blocks.shape[0], step):
+        out[start:start + step] = dequantize_blocks(blocks[start:start + step], qtype)
+    return out.reshape(shape)
