@@ -103,3 +103,18 @@ def test_batched_sliding_sequences_equal_separate(tmp_path):
     mixed = runner.step([0, 1], [a[11:], [5]], [11, len(b)])
     full = PagedRunner(model, 1, 64, block_size=4).step([0], [a], [0])[0]
     assert (mixed[0] - full).abs().max() < 1e-4
+
+
+@pytest.mark.parametrize("prompt_len", [12, 20, 50])
+def test_dynamic_rope_matches_transformers_short_and_long(tmp_path, prompt_len):
+    """Window 32: a 12-token prompt stays unscaled throughout; 20 + 24 tokens grows past the window
+    while decoding; 50 starts past it. transformers rescales per step exactly so."""
+    rope = {"rope_type": "dynamic", "factor": 4.0, "rope_theta": 500.0}
+    theirs = hf_model("llama", seed=4, max_position_embeddings=32, rope_parameters=rope)
+    loaded = load_model(save_hf(theirs, tmp_path))
+    assert loaded.max_model_len == 128
+    ids = torch.randint(4, VOCAB, (prompt_len,), generator=torch.Generator().manual_seed(prompt_len)).tolist()
+    assert_same_greedy(theirs, loaded.model, ids)
+    if prompt_len == 12:                        # within the window: exactly the unscaled model's prefill
+        unscaled = load_model(tmp_path, rope_scaling={}).model
+        assert torch.equal(greedy(unscaled, ids, 1, block_size=4)[1], greedy(loaded.model, ids, 1, block_size=4)[1])
