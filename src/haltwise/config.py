@@ -29,10 +29,27 @@ class ModelConfig:
     rope_scaling: dict[str, Any] | None = None  # Hugging Face `rope_scaling` dict, or None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()        # from the model/generation config only
+    # Family and per-model differences (models/architectures.py states what each family changes):
+    architecture: str = "llama"                 # registry key: llama, qwen2, qwen3, gemma3
+    qkv_bias: bool = False                      # q/k/v projections carry a bias (qwen2)
+    hidden_act: str = "silu"                    # gated-MLP activation: silu or gelu_pytorch_tanh
+    sliding_window: int | None = None           # tokens a sliding layer sees (itself included)
+    layer_types: tuple[str, ...] | None = None  # per layer "full_attention" / "sliding_attention"; None = all full
+    rope_local_theta: float | None = None       # RoPE base of sliding layers (gemma3); None = rope_theta
+    query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5; None = head_dim
+    final_logit_softcapping: float | None = None  # logits = cap * tanh(logits / cap)
+    rope_freq_factors: tuple[float, ...] | None = None  # GGUF rope_freqs: inv_freq / factor (llama3)
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} not divisible by num_kv_heads {self.num_kv_heads}")
+        if self.layer_types is not None and len(self.layer_types) != self.num_layers:
+            raise ValueError(f"layer_types names {len(self.layer_types)} layers, the model has {self.num_layers}")
+
+    def is_sliding(self, layer: int) -> bool:
+        """Whether `layer` attends only to the last sliding_window positions."""
+        return (self.sliding_window is not None and self.layer_types is not None
+                and self.layer_types[layer] == "sliding_attention")
 
     def kv_bytes_per_token(self, dtype: str) -> int:
         """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""

@@ -48,3 +48,17 @@ def greedy(model: LlamaForCausalLM, prompt: list[int], max_new_tokens: int,
         logits = runner.step([0], [[out[-1]]], [len(prompt) + len(out) - 1])
         out.append(int(logits[0].argmax()))
     return out, prefill_logits
+
+
+def greedy_batch(model: LlamaForCausalLM, prompts: list[list[int]], max_new_tokens: int,
+                 block_size: int = 16) -> list[list[int]]:
+    """All prompts prefilled in one step, then decoded together one token a step -> new ids per prompt."""
+    runner = PagedRunner(model, len(prompts), max(map(len, prompts)) + max_new_tokens, block_size)
+    seqs = list(range(len(prompts)))
+    logits = runner.step(seqs, prompts, [0] * len(prompts))
+    out = [[int(row.argmax())] for row in logits]
+    while len(out[0]) < max_new_tokens:
+        logits = runner.step(seqs, [[o[-1]] for o in out], [len(p) + len(o) - 1 for p, o in zip(prompts, out)])
+        for o, row in zip(out, logits):
+            o.append(int(row.argmax()))
+    return out

@@ -141,8 +141,9 @@ def test_unsupported_architecture_is_clear(tmp_path):
 
 
 def test_unsupported_quant_is_clear(tmp_path):
-    path = write_gguf(tmp_path / "q5.gguf", tiny_llama(VOCAB), quant=Q.Q5_0)
-    with pytest.raises(ModelLoadError, match=r"q5\.gguf: tensor .* uses quantization Q5_0"):
+    model = tiny_llama(VOCAB, hidden_size=256, intermediate_size=256, num_heads=4, num_kv_heads=2, head_dim=64)
+    path = write_gguf(tmp_path / "tq.gguf", model, quant=Q.TQ2_0)       # a ternary type we do not decode
+    with pytest.raises(ModelLoadError, match=r"tq\.gguf: tensor .* uses quantization TQ2_0"):
         load_model(path)
 
 

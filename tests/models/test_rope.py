@@ -1,4 +1,6 @@
 """Rope frequencies and cos/sin tables equal transformers' for each rope type."""
+from types import SimpleNamespace
+
 import pytest
 import torch
 from transformers import LlamaConfig
@@ -43,19 +45,50 @@ def test_inv_freq_matches_transformers(name, seq_len):
     assert scale == want_scale
 
 
-@pytest.mark.parametrize("name", list(SCALINGS))
+@pytest.mark.parametrize("name", [n for n in SCALINGS if n != "dynamic"])
 def test_tables_match_transformers_forward(name):
     scaling = SCALINGS[name]
     max_len = 3 * WINDOW
     ours = RotaryEmbedding(HEAD_DIM, THETA, scaling, WINDOW, max_len)
     theirs = LlamaRotaryEmbedding(hf_config(scaling))
-    # Positions up to max_len - 1: a dynamic HF rope then uses seq_len = max_len, as we do throughout.
     positions = torch.tensor([[0, 1, 5, 511, 512, 900, max_len - 1]])
     cos, sin = theirs(torch.zeros(1, dtype=torch.float32), positions)
     assert torch.equal(ours.cos[positions[0]], cos[0])
     assert torch.equal(ours.sin[positions[0]], sin[0])
     if name.startswith("yarn"):
         assert ours.attention_scaling != 1.0
+
+
+@pytest.mark.parametrize("lengths", [[40], [WINDOW], [WINDOW + 1], [3 * WINDOW - 5], [40, 2 * WINDOW + 3, 7]])
+def test_dynamic_is_per_sequence_like_transformers(lengths):
+    """Each sequence's rows get the NTK base for its own length: unscaled within the window."""
+    scaling = SCALINGS["dynamic"]
+    ours = RotaryEmbedding(HEAD_DIM, THETA, scaling, WINDOW, 3 * WINDOW)
+    positions = torch.cat([torch.arange(n) for n in lengths])
+    starts = [0]
+    for n in lengths:
+        starts.append(starts[-1] + n)
+    meta = SimpleNamespace(query_start_loc=starts, seq_lens=lengths, rope_seq_lens=None)
+    cos, sin = ours(positions, meta)
+    for s, n in enumerate(lengths):
+        theirs = LlamaRotaryEmbedding(hf_config(scaling))        # a fresh model per prompt, as generate() sees
+        want_cos, want_sin = theirs(torch.zeros(1), torch.arange(n)[None])
+        assert torch.equal(cos[starts[s]:starts[s + 1], 0], want_cos[0])
+        assert torch.equal(sin[starts[s]:starts[s + 1], 0], want_sin[0])
+    if lengths == [40]:
+        default = RotaryEmbedding(HEAD_DIM, THETA, None, WINDOW, WINDOW)
+        assert torch.equal(cos[:, 0], default.cos[:40])
+
+
+def test_dynamic_decode_past_the_window_uses_its_length():
+    """A decode row at position p (context p + 1) is rotated as transformers' step with seq_len p + 1."""
+    scaling = SCALINGS["dynamic"]
+    ours = RotaryEmbedding(HEAD_DIM, THETA, scaling, WINDOW, 3 * WINDOW)
+    theirs = LlamaRotaryEmbedding(hf_config(scaling))
+    p = 2 * WINDOW + 10
+    cos, _ = ours(torch.tensor([p]), SimpleNamespace(query_start_loc=[0, 1], seq_lens=[p + 1], rope_seq_lens=None))
+    want, _ = theirs(torch.zeros(1), torch.tensor([[p]]))
+    assert torch.equal(cos[0, 0], want[0, 0])
 
 
 def test_apply_is_hf_rotate_half():

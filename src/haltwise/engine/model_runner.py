@@ -51,6 +51,7 @@ class ModelRunner:
             seq_lens=[r.end for r in rows],
             block_tables=tables,
             block_size=bs,
+            rope_seq_lens=[len(r.token_ids) for r in rows],  # dynamic rope: scaled for the whole known sequence
         ).prepare()
         return self.model(torch.tensor(input_ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
                           self.kv_caches, meta, torch.tensor(logits_rows, dtype=torch.long))

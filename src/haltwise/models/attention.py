@@ -35,12 +35,16 @@ class AttentionMetadata:
     seq_lens: list[int]                 # (B,) context length after this step's tokens are written
     block_tables: torch.Tensor          # (B, max_blocks) long, padded with 0
     block_size: int
+    rope_seq_lens: list[int] | None = None     # (B,) length each sequence's rope is scaled for (dynamic
+                                               # rope): the full prompt for a prefill chunk; None = seq_lens
     # Built once per step by prepare() and shared by every layer:
     decode_rows: torch.Tensor | None = None    # (Bd,) flat rows of the decoding sequences
     only_decodes: bool = False                 # every row is a decode, in order (decode_rows == arange(T))
     decode_blocks: torch.Tensor | None = None  # (Bd * nb,) block tables cut to the longest context, flattened
     decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, nb * block_size) bool, True = may attend
     prefills: list[_PrefillPlan] = field(default_factory=list)
+    # Sliding-window masks, built on first use per window and shared by the layers with that window.
+    _windowed: dict[int, tuple[torch.Tensor | None, list[torch.Tensor | None]]] = field(default_factory=dict)
 
     @property
     def num_seqs(self) -> int:
@@ -80,6 +84,33 @@ class AttentionMetadata:
         return self
 
 
+    def window_masks(self, window: int) -> tuple[torch.Tensor | None, list[torch.Tensor | None]]:
+        """(decode mask, one mask per prefill plan) that also hide positions window or more behind the query.
+
+        A query at position p sees keys p - window + 1 .. p (as transformers' sliding_window_overlay).
+        A prefill mask stays None (plain causal) where no query can reach past its window.
+        """
+        if window not in self._windowed:
+            decode = None
+            if self.decode_rows is not None:
+                lens = self.decode_mask.shape[-1]
+                seq_lens = torch.tensor([self.seq_lens[s] for s, n in enumerate(self.query_lens) if n == 1])
+                pos = torch.arange(lens)
+                decode = self.decode_mask & (pos[None, :] >= (seq_lens - window)[:, None])[:, None, None, :]
+            prefill = []
+            q_lens = self.query_lens
+            for plan, s in zip(self.prefills, [s for s, n in enumerate(q_lens) if n != 1]):
+                n, length = q_lens[s], self.seq_lens[s]
+                if length <= window:
+                    prefill.append(plan.mask)
+                    continue
+                query_pos = (length - n + torch.arange(n))[:, None]                  # (Q, 1)
+                key_pos = torch.arange(plan.blocks.shape[0] * self.block_size)[None, :]  # (1, L)
+                prefill.append((key_pos <= query_pos) & (key_pos > query_pos - window))
+            self._windowed[window] = (decode, prefill)
+        return self._windowed[window]
+
+
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
     """Scatter new keys/values (T, kv_heads, head_dim) into their cache slots."""
@@ -88,13 +119,18 @@ def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: t
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
-                    scale: float, k: torch.Tensor | None = None, v: torch.Tensor | None = None) -> torch.Tensor:
+                    scale: float, k: torch.Tensor | None = None, v: torch.Tensor | None = None,
+                    window: int | None = None) -> torch.Tensor:
     """q: (T, heads, D) -> (T, heads, D). This step's K/V must already be written to the cache.
 
     Passing this step's k, v (T, kv_heads, D) lets a prefill chunk with no earlier context attend
-    to them directly instead of reading them back from the cache.
+    to them directly instead of reading them back from the cache. window: a sliding layer's window
+    (None = the whole context).
     """
     kv_heads, dim = k_cache.shape[2], k_cache.shape[3]
+    decode_mask, prefill_masks = meta.decode_mask, [plan.mask for plan in meta.prefills]
+    if window is not None:
+        decode_mask, prefill_masks = meta.window_masks(window)
     out = None if meta.only_decodes else torch.empty(q.shape, dtype=q.dtype)
     if meta.decode_rows is not None:
         bd = meta.decode_rows.shape[0]
@@ -108,23 +144,23 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         queries = queries.reshape(bd, kv_heads, group, dim)                                    # (Bd, KVH, G, D)
         keys = _gather_blocks(k_cache, meta.decode_blocks, bd)                                # (Bd, KVH, L, D)
         values = _gather_blocks(v_cache, meta.decode_blocks, bd)
-        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=meta.decode_mask, scale=scale)
+        o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=decode_mask, scale=scale)
         if meta.only_decodes:
             return o.reshape(bd, -1, dim)                                                       # (T, H, D)
         out[meta.decode_rows] = o.reshape(bd, -1, dim)                                          # (Bd, H, D)
-    for plan in meta.prefills:
+    for plan, mask in zip(meta.prefills, prefill_masks, strict=True):
         # SDPA gets a leading batch dim of 1: CPU's fused kernels take only 4-D inputs (3-D falls
         # back to the generic path, several times slower for long prompts).
         queries = q[plan.rows].transpose(0, 1).unsqueeze(0)                     # (1, H, Q, D)
-        if plan.mask is None and k is not None and v is not None:
+        if mask is None and k is not None and v is not None:
             keys = k[plan.rows].transpose(0, 1).unsqueeze(0)                    # (1, KVH, Q, D)
             values = v[plan.rows].transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale, enable_gqa=True)
         else:
             keys = _gather_blocks(k_cache, plan.blocks, 1)                         # (1, KVH, L, D)
             values = _gather_blocks(v_cache, plan.blocks, 1)
-            o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=plan.mask,
-                                               is_causal=plan.mask is None, scale=scale, enable_gqa=True)
+            o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
+                                               is_causal=mask is None, scale=scale, enable_gqa=True)
         out[plan.rows] = o[0].transpose(0, 1)                                   # (Q, H, D)
     return out
 

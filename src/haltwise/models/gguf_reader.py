@@ -1,54 +1,66 @@
-"""Read a Llama GGUF file: metadata -> ModelConfig, tensors -> (Hugging Face name, float32 tensor).
+"""Read a GGUF file: metadata -> ModelConfig, tensors -> (Hugging Face name, float32 tensor).
 
-GGUF stores attn_q / attn_k rows permuted for llama.cpp's interleaved RoPE. Within each head of
-size D the converter moved row (half h, index i) to row (i, half h):
+The family (models/architectures.py) comes from `general.architecture`; what GGUF leaves implicit
+(Gemma 3's window pattern and local RoPE base) comes from the family's options.
+
+llama.cpp's converter permuted attn_q / attn_k rows of `llama` models for its interleaved RoPE.
+Within each head of size D it moved row (half h, index i) to row (i, half h):
 
     HF rows:   [x0 x1 ... x(D/2-1) | y0 y1 ... y(D/2-1)]      (rotate_half pairs x_i with y_i)
     GGUF rows: [x0 y0 x1 y1 ... x(D/2-1) y(D/2-1)]            (adjacent pairs)
 
-`unpermute_qk` undoes it so the weights match the rotate_half convention used in rope.py.
+`unpermute_qk` undoes it so the weights match the rotate_half convention used in rope.py. Gemma
+GGUFs store RMSNorm weights as 1 + w; `gguf_weights` subtracts 1 (as transformers' GGUF loader does),
+so the model holds w like a Hugging Face checkpoint.
 """
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader, GGUFValueType
+from gguf import GGMLQuantizationType, GGUFReader
 
 from haltwise.config import ModelConfig
-from haltwise.models.dequant import SUPPORTED_TYPES, dequantize
+from haltwise.models.architectures import ARCHITECTURES, ArchOptions, arch_options
+from haltwise.models.dequant import SUPPORTED_TYPES, UnsupportedQuantization, dequantize, row_bytes
 from haltwise.models.errors import ModelLoadError
+from haltwise.models.gguf_metadata import gguf_config, open_gguf
 
-SUPPORTED_ARCHITECTURES = ("llama",)
+__all__ = ["GGUFTensor", "gguf_config", "gguf_tensors", "gguf_weights", "hf_name", "open_gguf", "unpermute_qk"]
+SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
-_LAYER_NAMES = {  # GGUF per-block name -> Hugging Face suffix under model.layers.N
+_LAYER_NAMES = {  # GGUF per-block name -> Hugging Face suffix under model.layers.N (Llama's meaning)
     "attn_norm": "input_layernorm",
     "attn_q": "self_attn.q_proj",
     "attn_k": "self_attn.k_proj",
     "attn_v": "self_attn.v_proj",
     "attn_output": "self_attn.o_proj",
+    "attn_q_norm": "self_attn.q_norm",
+    "attn_k_norm": "self_attn.k_norm",
     "ffn_norm": "post_attention_layernorm",
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
 }
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_IGNORED = {"rope_freqs"}  # llama3 frequency factors: we compute them from rope_scaling instead
+_IGNORED = {"rope_freqs"}  # llama3 frequency factors: read into ModelConfig.rope_freq_factors
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 
-def hf_name(gguf_name: str) -> str | None:
+def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
     """'blk.3.attn_q.weight' -> 'model.layers.3.self_attn.q_proj.weight'; None for ignored tensors.
 
-    Raises KeyError for a name with no Llama equivalent.
+    Raises KeyError for a name with no equivalent in the family `arch`.
     """
     m = _BLOCK_RE.match(gguf_name)
     if m:
         layer, part, kind = m.groups()
-        return f"model.layers.{layer}.{_LAYER_NAMES[part]}.{kind}"
+        names = ARCHITECTURES[arch].gguf_layer_names
+        return f"model.layers.{layer}.{names.get(part) or _LAYER_NAMES[part]}.{kind}"
     base, _, kind = gguf_name.rpartition(".")
     if base in _IGNORED:
         return None
@@ -62,96 +74,60 @@ def unpermute_qk(w: torch.Tensor, n_heads: int) -> torch.Tensor:
     return w.reshape(n_heads, half, 2, *w.shape[1:]).transpose(1, 2).reshape(w.shape)
 
 
-def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    return f.contents()
+@dataclass(frozen=True)
+class GGUFTensor:
+    """One tensor as stored, before dequantization."""
+
+    name: str                   # the GGUF name
+    hf_name: str                # the Hugging Face parameter it fills
+    qtype: GGMLQuantizationType
+    data: np.ndarray            # (rows, bytes_per_row) uint8 view of the file (1-D tensors: one row)
+    shape: tuple[int, ...]      # torch order, e.g. (out, in)
+    unpermute_heads: int | None  # rows are llama.cpp-permuted q/k: unpermute_qk(w, this) restores HF order
+    norm_plus_one: bool         # stored as 1 + w (Gemma RMSNorm)
 
 
-def _array_len(reader: GGUFReader, key: str) -> int | None:
-    f = reader.fields.get(key)
-    if f is None or f.types[0] != GGUFValueType.ARRAY:
+def gguf_tensors(reader: GGUFReader, config: ModelConfig, path: Path | None = None) -> Iterator[GGUFTensor]:
+    """Every tensor the model needs, raw. Unknown tensor names and undecodable types raise ModelLoadError."""
+    options = arch_options(config)
+    where = path or "GGUF"
+    for t in reader.tensors:
+        qtype = GGMLQuantizationType(t.tensor_type)
+        try:
+            name = hf_name(t.name, options.name)
+        except KeyError:
+            raise ModelLoadError(f"{where}: unexpected tensor {t.name!r} for a {options.name} model") from None
+        if name is None:
+            continue
+        if qtype not in SUPPORTED_TYPES:
+            raise ModelLoadError(f"{where}: tensor {t.name} uses quantization {qtype.name}, which is not "
+                                 f"supported (supported: {', '.join(sorted(q.name for q in SUPPORTED_TYPES))})")
+        shape = tuple(int(d) for d in reversed(t.shape.tolist()))   # ggml lists dims fastest-first
+        try:
+            width = row_bytes(qtype, shape[-1])
+        except UnsupportedQuantization as e:
+            raise ModelLoadError(f"{where}: tensor {t.name}: {e}") from None
+        data = np.asarray(t.data).reshape(-1).view(np.uint8).reshape(-1, width)
+        yield GGUFTensor(t.name, name, qtype, data, shape, _unpermute_heads(name, config, options),
+                         options.norm_plus_one and name.endswith("norm.weight"))
+
+
+def _unpermute_heads(name: str, config: ModelConfig, options: ArchOptions) -> int | None:
+    if not options.gguf_permuted_qk:
         return None
-    return len(f.data)
-
-
-def open_gguf(path: Path) -> GGUFReader:
-    """A reader for `path`, or ModelLoadError if it is missing or not a GGUF file."""
-    if not path.is_file():
-        raise ModelLoadError(f"{path}: model file not found")
-    try:
-        return GGUFReader(path)
-    except Exception as e:  # gguf raises ValueError / struct errors for anything malformed
-        raise ModelLoadError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
-
-
-def _rope_scaling(reader: GGUFReader, arch: str, window: int) -> dict[str, Any] | None:
-    kind = _field(reader, f"{arch}.rope.scaling.type")
-    factor = _field(reader, f"{arch}.rope.scaling.factor")
-    if not kind or kind == "none" or not factor:
-        return None
-    original = _field(reader, f"{arch}.rope.scaling.original_context_length", window)
-    return {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
-
-
-def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
-    """ModelConfig from GGUF metadata; ModelLoadError for a non-Llama architecture or missing keys."""
-    arch = _field(reader, "general.architecture")
-    if arch not in SUPPORTED_ARCHITECTURES:
-        raise ModelLoadError(f"{path}: architecture {arch!r} is not supported (supported: "
-                             f"{', '.join(SUPPORTED_ARCHITECTURES)})")
-    try:
-        hidden = int(_field(reader, f"{arch}.embedding_length"))
-        heads = int(_field(reader, f"{arch}.attention.head_count"))
-        window = int(_field(reader, f"{arch}.context_length"))
-        layers = int(_field(reader, f"{arch}.block_count"))
-        ffn = int(_field(reader, f"{arch}.feed_forward_length"))
-    except TypeError:
-        raise ModelLoadError(f"{path}: GGUF metadata lacks one of {arch}.embedding_length, "
-                             f"attention.head_count, context_length, block_count, feed_forward_length") from None
-    vocab = _field(reader, f"{arch}.vocab_size") or _array_len(reader, "tokenizer.ggml.tokens")
-    if vocab is None:
-        raise ModelLoadError(f"{path}: no {arch}.vocab_size and no tokenizer.ggml.tokens to count")
-    eos = tuple(int(t) for t in (_field(reader, "tokenizer.ggml.eos_token_id"),
-                                 _field(reader, "tokenizer.ggml.eot_token_id")) if t is not None)
-    bos = _field(reader, "tokenizer.ggml.bos_token_id")
-    names = {t.name for t in reader.tensors}
-    return ModelConfig(
-        vocab_size=int(vocab),
-        hidden_size=hidden,
-        intermediate_size=ffn,
-        num_layers=layers,
-        num_heads=heads,
-        num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
-        head_dim=int(_field(reader, f"{arch}.attention.key_length", hidden // heads)),
-        max_position_embeddings=window,
-        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
-        rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        tie_word_embeddings="output.weight" not in names,
-        rope_scaling=_rope_scaling(reader, arch, window),
-        bos_token_id=None if bos is None else int(bos),
-        eos_token_ids=tuple(dict.fromkeys(eos)),
-    )
+    if ".self_attn.q_proj." in name:
+        return config.num_heads
+    if ".self_attn.k_proj." in name:
+        return config.num_kv_heads
+    return None
 
 
 def gguf_weights(reader: GGUFReader, config: ModelConfig, path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, float32 tensor) for every tensor, q/k unpermuted. Lazy: one tensor at a time."""
-    for t in reader.tensors:
-        qtype = GGMLQuantizationType(t.tensor_type)
-        if qtype not in SUPPORTED_TYPES:
-            raise ModelLoadError(f"{path}: tensor {t.name} uses quantization {qtype.name}, which is not "
-                                 f"supported (supported: {', '.join(sorted(q.name for q in SUPPORTED_TYPES))})")
-        try:
-            name = hf_name(t.name)
-        except KeyError:
-            raise ModelLoadError(f"{path}: unexpected tensor {t.name!r} for a Llama model") from None
-        if name is None:
-            continue
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))  # ggml lists dims fastest-first
-        w = dequantize(np.asarray(t.data), qtype, shape)
-        if ".self_attn.q_proj." in name:
-            w = unpermute_qk(w, config.num_heads)
-        elif ".self_attn.k_proj." in name:
-            w = unpermute_qk(w, config.num_kv_heads)
-        yield name, w
+    for t in gguf_tensors(reader, config, path):
+        w = dequantize(t.data, t.qtype, t.shape)
+        if t.unpermute_heads:
+            w = unpermute_qk(w, t.unpermute_heads)
+        if t.norm_plus_one:
+            w = w - 1.0
+        yield t.hf_name, w

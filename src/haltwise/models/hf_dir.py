@@ -1,4 +1,4 @@
-"""Read a local Hugging Face Llama directory: config.json, safetensors (single or sharded),
+"""Read a local Hugging Face model directory: config.json, safetensors (single or sharded),
 generation_config.json. Nothing is ever fetched from a hub."""
 from __future__ import annotations
 
@@ -10,9 +10,8 @@ import torch
 from safetensors import safe_open
 
 from haltwise.config import ModelConfig
+from haltwise.models.architectures import ArchOptions, family_of, window_pattern
 from haltwise.models.errors import ModelLoadError
-
-SUPPORTED_MODEL_TYPES = ("llama",)
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -29,41 +28,71 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in (value if isinstance(value, list) else [value]))
 
 
-def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None]:
-    """(rope_theta, rope_scaling or None) from either the legacy keys or transformers 5 `rope_parameters`."""
+def _scaling(params: dict[str, Any]) -> dict[str, Any] | None:
+    kind = params.get("rope_type", params.get("type", "default"))
+    return None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
+
+
+def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None, float | None]:
+    """(rope_theta, rope_scaling or None, local theta or None) from the legacy keys or transformers 5's
+    `rope_parameters` (flat, or per layer type {"full_attention": {...}, "sliding_attention": {...}})."""
     params = dict(cfg.get("rope_parameters") or {})
+    local = cfg.get("rope_local_base_freq")
+    if "full_attention" in params:
+        local = params.get("sliding_attention", {}).get("rope_theta", local)
+        params = dict(params["full_attention"])
     theta = float(params.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
     scaling = cfg.get("rope_scaling") or params or None
-    if scaling:
-        kind = scaling.get("rope_type", scaling.get("type", "default"))
-        scaling = None if kind == "default" else {k: v for k, v in scaling.items() if k != "rope_theta"}
-    return theta, scaling
+    return theta, _scaling(scaling) if scaling else None, None if local is None else float(local)
+
+
+def _windows(cfg: dict[str, Any], options: ArchOptions, layers: int) -> tuple[int | None, tuple[str, ...] | None]:
+    """(sliding_window, layer_types) as transformers derives them for each family's config class."""
+    window = cfg.get("sliding_window")
+    if cfg.get("use_sliding_window") is False:          # qwen2 / qwen3: the window is off unless enabled
+        window = None
+    if window is None:
+        return None, None
+    if cfg.get("layer_types"):
+        return int(window), tuple(cfg["layer_types"])
+    if options.gguf_window_every:                       # gemma3: sliding_window_pattern
+        return int(window), window_pattern(layers, int(cfg.get("sliding_window_pattern", options.gguf_window_every)))
+    first = int(cfg.get("max_window_layers", 0)) if "max_window_layers" in cfg else 0
+    return int(window), tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
 
 
 def hf_config(directory: Path) -> ModelConfig:
-    """ModelConfig from config.json; ModelLoadError for a missing file or non-Llama model_type."""
+    """ModelConfig from config.json; ModelLoadError for a missing file or unsupported model_type."""
     cfg = _read_json(directory / "config.json")
-    if cfg.get("model_type") not in SUPPORTED_MODEL_TYPES:
-        raise ModelLoadError(f"{directory}: model_type {cfg.get('model_type')!r} is not supported "
-                             f"(supported: {', '.join(SUPPORTED_MODEL_TYPES)})")
+    options = family_of(cfg.get("model_type"), str(directory))
     try:
-        hidden, heads = int(cfg["hidden_size"]), int(cfg["num_attention_heads"])
-        theta, scaling = _rope(cfg)
+        hidden, heads, layers = int(cfg["hidden_size"]), int(cfg["num_attention_heads"]), int(cfg["num_hidden_layers"])
+        theta, scaling, local = _rope(cfg)
+        window, layer_types = _windows(cfg, options, layers)
+        softcap = cfg.get("final_logit_softcapping")
         return ModelConfig(
             vocab_size=int(cfg["vocab_size"]),
             hidden_size=hidden,
             intermediate_size=int(cfg["intermediate_size"]),
-            num_layers=int(cfg["num_hidden_layers"]),
+            num_layers=layers,
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
             head_dim=int(cfg.get("head_dim") or hidden // heads),
             max_position_embeddings=int(cfg["max_position_embeddings"]),
             rope_theta=theta,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
-            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", False)),
+            tie_word_embeddings=bool(cfg.get("tie_word_embeddings", options.hf_tied_by_default)),
             rope_scaling=scaling,
             bos_token_id=cfg.get("bos_token_id"),
             eos_token_ids=_ids(cfg.get("eos_token_id")),
+            architecture=options.name,
+            qkv_bias=options.qkv_bias or bool(cfg.get("attention_bias", False)),
+            hidden_act=cfg.get("hidden_activation") or cfg.get("hidden_act") or options.hidden_act,
+            sliding_window=window,
+            layer_types=layer_types,
+            rope_local_theta=local if window is not None else None,
+            query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
+            final_logit_softcapping=None if softcap is None else float(softcap),
         )
     except KeyError as e:
         raise ModelLoadError(f"{directory}/config.json: missing key {e}") from None

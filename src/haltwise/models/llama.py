@@ -1,59 +1,76 @@
-"""A readable Llama over a paged KV cache: Attention -> MLP -> DecoderLayer -> Model -> ForCausalLM.
+"""The decoder layers every family shares, over a paged KV cache: Attention -> MLP -> DecoderLayer ->
+Model -> ForCausalLM. What a family changes is an ArchOptions entry (models/architectures.py) plus
+per-model numbers in ModelConfig; this file reads those options and never names a family.
 
 Attribute names follow Hugging Face (model.embed_tokens, model.layers[i].self_attn.o_proj, ...), except
 that q/k/v and gate/up are stored fused (`qkv_proj`, `gate_up_proj`) so a decode step does one matmul
-each. `load_weights` accepts Hugging Face names and places q_proj/k_proj/v_proj and gate_proj/up_proj
-into their row slices, so loaders never see the fused layout.
+each. `load_weights` (models/weights.py) accepts Hugging Face names and places q_proj/k_proj/v_proj
+(weights and biases) and gate_proj/up_proj into their row slices, so loaders never see the fused layout.
+Every projection is a plain nn.Linear (bias where the family has one), so the kernel plan can swap it.
 
 All tokens of a step are one flat batch of T rows (prefill chunks and decodes mixed); AttentionMetadata
 says which rows belong to which sequence and where their K/V live.
 """
 from __future__ import annotations
 
-from typing import Iterable
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from haltwise.config import ModelConfig
+from haltwise.models.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
+from haltwise.models.weights import WeightLoading
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # each (num_blocks, block_size, num_kv_heads, head_dim)
 RopeTables = tuple[torch.Tensor, torch.Tensor]  # cos, sin: (T, 1, head_dim) for this step's positions
+_ACTIVATIONS = {"silu": F.silu, "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh")}
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, dim: int, eps: float) -> None:
+    """Llama: normalise in float32, scale by w in the input dtype. plus_one (Gemma): scale by (1 + w) in
+    float32, then cast (the weight holds w, as in Hugging Face checkpoints)."""
+
+    def __init__(self, dim: int, eps: float, plus_one: bool = False) -> None:
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
+        self.weight = nn.Parameter(torch.zeros(dim) if plus_one else torch.ones(dim))
+        self.eps, self.plus_one = eps, plus_one
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        """Normalise in float32, scale in the input dtype (as transformers does)."""
-        return self.weight * F.rms_norm(x.float(), self.weight.shape, eps=self.eps).to(x.dtype)
+        normed = F.rms_norm(x.float(), self.weight.shape, eps=self.eps)
+        if self.plus_one:
+            return (normed * (1.0 + self.weight.float())).to(x.dtype)
+        return self.weight * normed.to(x.dtype)
 
 
 class Attention(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, layer: int, options: ArchOptions) -> None:
         super().__init__()
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
-        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=False)
+        self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
         self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
-        self.scale = self.head_dim ** -0.5
+        if options.qk_norm:
+            self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, options.norm_plus_one)
+            self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, options.norm_plus_one)
+        self.qk_norm = options.qk_norm
+        self.scale = (config.query_pre_attn_scalar or self.head_dim) ** -0.5
+        self.window = config.sliding_window if config.is_sliding(layer) else None  # None = full context
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)."""
-        T, D = x.shape[0], self.head_dim
+        T, D, H = x.shape[0], self.head_dim, self.num_heads
         qkv = self.qkv_proj(x)                                                   # (T, q + 2 kv)
-        # q and k heads sit side by side in qkv's columns: rotate them as one (T, H + KV, D) tensor.
-        qk = apply_rotary(qkv[:, :self.q_size + self.kv_size].view(T, -1, D), *rope)
-        q, k = qk[:, :self.num_heads], qk[:, self.num_heads:]                   # (T, H, D), (T, KV, D)
+        qk = qkv[:, :self.q_size + self.kv_size].view(T, -1, D)                 # (T, H + KV, D)
+        if self.qk_norm:
+            qk = torch.cat([self.q_norm(qk[:, :H]), self.k_norm(qk[:, H:])], dim=1)
+        # q and k heads sit side by side: rotate them as one (T, H + KV, D) tensor.
+        qk = apply_rotary(qk, *rope)
+        q, k = qk[:, :H], qk[:, H:]                                             # (T, H, D), (T, KV, D)
         v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, D)  # (T, KV, D)
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
-        out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v)  # (T, H, D)
+        out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))
 
 
@@ -63,50 +80,69 @@ class MLP(nn.Module):
         self.intermediate_size = config.intermediate_size
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         gate, up = self.gate_up_proj(x).chunk(2, dim=-1)   # (T, I) each
-        return self.down_proj(F.silu(gate) * up)
+        return self.down_proj(self.act(gate) * up)
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    """Llama: h += attn(norm(h)); h += mlp(norm(h)). sandwich_norms (Gemma) also norms each output:
+    h += post_attention_norm(attn(input_norm(h))); h += post_ff_norm(mlp(pre_ff_norm(h)))."""
+
+    def __init__(self, config: ModelConfig, layer: int, options: ArchOptions) -> None:
         super().__init__()
-        self.self_attn = Attention(config)
+        norm = lambda: RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)  # noqa: E731
+        self.self_attn = Attention(config, layer, options)
         self.mlp = MLP(config)
-        self.input_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.post_attention_layernorm = RMSNorm(config.hidden_size, config.rms_norm_eps)
+        self.input_layernorm = norm()
+        self.post_attention_layernorm = norm()      # Llama: the pre-MLP norm; Gemma: the attention output's
+        self.sandwich = options.sandwich_norms
+        if self.sandwich:
+            self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
+        self.local_rope = config.is_sliding(layer) and config.rope_local_theta is not None
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
-        h = x + self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
-        return h + self.mlp(self.post_attention_layernorm(h))
+        attn = self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
+        if not self.sandwich:
+            h = x + attn
+            return h + self.mlp(self.post_attention_layernorm(h))
+        h = x + self.post_attention_layernorm(attn)
+        return h + self.post_feedforward_layernorm(self.mlp(self.pre_feedforward_layernorm(h)))
 
 
 class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, max_model_len: int) -> None:
         super().__init__()
+        options = arch_options(config)
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.layers = nn.ModuleList(DecoderLayer(config) for _ in range(config.num_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps)
-        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
-                                          config.max_position_embeddings, max_model_len)
+        self.embed_scale = config.hidden_size ** 0.5 if options.scale_embeddings else None
+        self.layers = nn.ModuleList(DecoderLayer(config, i, options) for i in range(config.num_layers))
+        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)
+        self.build_rope(config, max_model_len)
+
+    def build_rope(self, config: ModelConfig, max_model_len: int) -> None:
+        """(Re)compute the rope tables: the global layers', and the sliding layers' own where they differ."""
+        self.rotary_emb = RotaryEmbedding.for_config(config, max_model_len)
+        self.rotary_emb_local = (RotaryEmbedding.for_config(config, max_model_len, local=True)
+                                 if any(layer.local_rope for layer in self.layers) else None)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
                 meta: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
         """(T,) ids -> (B, hidden) final-normed hidden states at the rows in logits_indices."""
         h = self.embed_tokens(input_ids)                    # (T, hidden)
-        rope = self.rotary_emb(positions)
+        if self.embed_scale is not None:                    # in the model dtype, as transformers does
+            h = h * torch.tensor(self.embed_scale, dtype=torch.float32).to(h.dtype)
+        rope = self.rotary_emb(positions, meta)
+        local = self.rotary_emb_local(positions, meta) if self.rotary_emb_local is not None else None
         for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            h = layer(h, rope, kv_cache, meta)
+            h = layer(h, local if layer.local_rope else rope, kv_cache, meta)
         return self.norm(h[logits_indices])                 # (B, hidden)
 
 
-class LlamaForCausalLM(nn.Module):
-    """Llama with a paged KV cache. max_model_len bounds positions (rope tables are built for it)."""
-
-    # Hugging Face name suffix -> (fused parameter suffix, shard index): shards are stacked in this order.
-    _FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
-              "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+class LlamaForCausalLM(WeightLoading, nn.Module):
+    """Any registered family with a paged KV cache. max_model_len bounds positions (rope tables cover it)."""
 
     def __init__(self, config: ModelConfig, max_model_len: int) -> None:
         super().__init__()
@@ -114,6 +150,7 @@ class LlamaForCausalLM(nn.Module):
         self.max_model_len = max_model_len
         self.model = LlamaModel(config, max_model_len)
         self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.softcap = config.final_logit_softcapping
         self.tie_weights()
 
     def tie_weights(self) -> None:
@@ -129,59 +166,7 @@ class LlamaForCausalLM(nn.Module):
         meta must be prepared (meta.prepare()) so gather indices and masks are shared by all layers.
         """
         hidden = self.model(input_ids, positions, kv_caches, meta, logits_indices)
-        return self.lm_head(hidden).float()
-
-    def _shard_rows(self, fused: str) -> list[int]:
-        c = self.config
-        if fused == "qkv_proj":
-            return [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim]
-        return [c.intermediate_size, c.intermediate_size]
-
-    @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
-        """Copy (Hugging Face name, tensor) pairs into the parameters, casting to their dtype.
-
-        Every parameter must be covered (a tied lm_head is covered by embed_tokens, and a given
-        lm_head.weight is ignored);
-        unknown names and missing or mis-shaped weights raise ValueError naming them.
-        """
-        params = dict(self.named_parameters())               # tied lm_head appears once, as embed_tokens
-        loaded: set[str] = set()
-        for name, tensor in weights:
-            if name == "lm_head.weight" and self.config.tie_word_embeddings:
-                continue
-            module, _, leaf = name.removesuffix(".weight").rpartition(".")
-            if leaf in self._FUSED:
-                fused, shard = self._FUSED[leaf]
-                target_name = f"{module}.{fused}.weight"
-                sizes = self._shard_rows(fused)
-                start = sum(sizes[:shard])
-                target = params.get(target_name)
-                if target is None:
-                    raise ValueError(f"unexpected weight {name}")
-                target = target[start:start + sizes[shard]]
-            else:
-                target = params.get(name)
-                if target is None:
-                    raise ValueError(f"unexpected weight {name}")
-            if tuple(target.shape) != tuple(tensor.shape):
-                raise ValueError(f"weight {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
-            target.copy_(tensor)
-            loaded.add(name)
-        expected = self.expected_weight_names()
-        missing = sorted(expected - loaded)
-        if missing:
-            raise ValueError(f"missing weights: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
-
-    def expected_weight_names(self) -> set[str]:
-        """The Hugging Face names load_weights needs (lm_head only when not tied)."""
-        names = set()
-        for name, _ in self.named_parameters():
-            module, _, leaf = name.removesuffix(".weight").rpartition(".")
-            if leaf == "qkv_proj":
-                names.update(f"{module}.{p}.weight" for p in ("q_proj", "k_proj", "v_proj"))
-            elif leaf == "gate_up_proj":
-                names.update(f"{module}.{p}.weight" for p in ("gate_proj", "up_proj"))
-            else:
-                names.add(name)
-        return names
+        logits = self.lm_head(hidden).float()
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits

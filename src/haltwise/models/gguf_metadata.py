@@ -1,0 +1,118 @@
+"""GGUF metadata -> ModelConfig, for every registered family (models/architectures.py)."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from gguf import GGUFReader, GGUFValueType
+
+from haltwise.config import ModelConfig
+from haltwise.models.architectures import family_of, window_pattern
+from haltwise.models.errors import ModelLoadError
+
+
+def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
+    f = reader.fields.get(key)
+    if f is None:
+        return default
+    return f.contents()
+
+
+def _array_len(reader: GGUFReader, key: str) -> int | None:
+    f = reader.fields.get(key)
+    if f is None or f.types[0] != GGUFValueType.ARRAY:
+        return None
+    return len(f.data)
+
+
+def open_gguf(path: Path) -> GGUFReader:
+    """A reader for `path`, or ModelLoadError if it is missing or not a GGUF file."""
+    if not path.is_file():
+        raise ModelLoadError(f"{path}: model file not found")
+    try:
+        return GGUFReader(path)
+    except Exception as e:  # gguf raises ValueError / struct errors for anything malformed
+        raise ModelLoadError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+
+
+def _rope_scaling(reader: GGUFReader, arch: str, window: int) -> dict[str, Any] | None:
+    kind = _field(reader, f"{arch}.rope.scaling.type")
+    factor = _field(reader, f"{arch}.rope.scaling.factor")
+    if not kind or kind == "none" or not factor:
+        return None
+    original = _field(reader, f"{arch}.rope.scaling.original_context_length", window)
+    return {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
+
+
+def _rope_freq_factors(reader: GGUFReader) -> tuple[float, ...] | None:
+    """llama3-style per-frequency divisors stored as the `rope_freqs.weight` tensor, if any."""
+    for t in reader.tensors:
+        if t.name == "rope_freqs.weight":
+            return tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
+    return None
+
+
+def _layer_types(pattern: Any, family_every: int | None, layers: int) -> tuple[str, ...]:
+    """Which layers slide: the file's sliding_window_pattern (every n-th layer global, or one bool per
+    layer, True = sliding), else the family's implicit pattern, else (Mistral) every layer."""
+    if isinstance(pattern, list):
+        return tuple("sliding_attention" if p else "full_attention" for p in pattern)
+    every = int(pattern) if pattern else family_every
+    return window_pattern(layers, every) if every else ("sliding_attention",) * layers
+
+
+def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
+    """ModelConfig from GGUF metadata; ModelLoadError for an unsupported architecture or missing keys."""
+    options = family_of(_field(reader, "general.architecture"), str(path))
+    arch = _field(reader, "general.architecture")
+    try:
+        hidden = int(_field(reader, f"{arch}.embedding_length"))
+        heads = int(_field(reader, f"{arch}.attention.head_count"))
+        window = int(_field(reader, f"{arch}.context_length"))
+        layers = int(_field(reader, f"{arch}.block_count"))
+        ffn = int(_field(reader, f"{arch}.feed_forward_length"))
+    except TypeError:
+        raise ModelLoadError(f"{path}: GGUF metadata lacks one of {arch}.embedding_length, "
+                             f"attention.head_count, context_length, block_count, feed_forward_length") from None
+    vocab = _field(reader, f"{arch}.vocab_size") or _array_len(reader, "tokenizer.ggml.tokens")
+    if vocab is None:
+        raise ModelLoadError(f"{path}: no {arch}.vocab_size and no tokenizer.ggml.tokens to count")
+    eos = tuple(int(t) for t in (_field(reader, "tokenizer.ggml.eos_token_id"),
+                                 _field(reader, "tokenizer.ggml.eot_token_id")) if t is not None)
+    bos = _field(reader, "tokenizer.ggml.bos_token_id")
+    names = {t.name for t in reader.tensors}
+    head_dim = int(_field(reader, f"{arch}.attention.key_length", hidden // heads))
+    sliding = _field(reader, f"{arch}.attention.sliding_window")
+    layer_types = None
+    if sliding is not None:
+        layer_types = _layer_types(_field(reader, f"{arch}.attention.sliding_window_pattern"),
+                                   options.gguf_window_every, layers)
+    softcap = _field(reader, f"{arch}.final_logit_softcapping")
+    return ModelConfig(
+        vocab_size=int(vocab),
+        hidden_size=hidden,
+        intermediate_size=ffn,
+        num_layers=layers,
+        num_heads=heads,
+        num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
+        head_dim=head_dim,
+        max_position_embeddings=window,
+        rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
+        rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
+        tie_word_embeddings="output.weight" not in names,
+        rope_scaling=_rope_scaling(reader, arch, window),
+        bos_token_id=None if bos is None else int(bos),
+        eos_token_ids=tuple(dict.fromkeys(eos)),
+        architecture=options.name,
+        qkv_bias="blk.0.attn_q.bias" in names,
+        hidden_act=options.hidden_act,
+        sliding_window=None if sliding is None else int(sliding),
+        layer_types=layer_types,
+        rope_local_theta=(float(_field(reader, f"{arch}.rope.freq_base_swa", options.gguf_local_rope_theta or 0))
+                          or None) if sliding is not None else None,
+        # query_pre_attn_scalar stays None (= head_dim): GGUF does not store it; Gemma 3's is head_dim
+        # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
+        final_logit_softcapping=None if softcap is None else float(softcap),
+        rope_freq_factors=_rope_freq_factors(reader),
+    )

@@ -1,0 +1,74 @@
+"""Hugging Face names -> the model's parameters, including the fused qkv_proj / gate_up_proj row slices."""
+from __future__ import annotations
+
+from typing import Iterable
+
+import torch
+
+# Hugging Face module suffix -> (fused module suffix, shard index): shards are stacked in this order.
+FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
+         "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
+_UNFUSED = {"qkv_proj": ("q_proj", "k_proj", "v_proj"), "gate_up_proj": ("gate_proj", "up_proj")}
+
+
+def split_name(name: str) -> tuple[str, str, str]:
+    """'model.layers.0.self_attn.q_proj.bias' -> ('model.layers.0.self_attn', 'q_proj', 'bias')."""
+    base, _, kind = name.rpartition(".")
+    module, _, leaf = base.rpartition(".")
+    return module, leaf, kind
+
+
+class WeightLoading:
+    """Mixed into the causal LM (needs self.config, named_parameters)."""
+
+    def shard_rows(self, fused: str) -> list[int]:
+        """Rows of each part of a fused projection, in stacking order."""
+        c = self.config
+        if fused == "qkv_proj":
+            return [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim]
+        return [c.intermediate_size, c.intermediate_size]
+
+    @torch.no_grad()
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Copy (Hugging Face name, tensor) pairs into the parameters, casting to their dtype.
+
+        Every parameter must be covered (a tied lm_head is covered by embed_tokens, and a given
+        lm_head.weight is ignored); unknown names and missing or mis-shaped weights raise ValueError
+        naming them.
+        """
+        params = dict(self.named_parameters())               # tied lm_head appears once, as embed_tokens
+        loaded: set[str] = set()
+        for name, tensor in weights:
+            if name == "lm_head.weight" and self.config.tie_word_embeddings:
+                continue
+            module, leaf, kind = split_name(name)
+            if leaf in FUSED:
+                fused, shard = FUSED[leaf]
+                target = params.get(f"{module}.{fused}.{kind}")
+                if target is None:
+                    raise ValueError(f"unexpected weight {name}")
+                sizes = self.shard_rows(fused)
+                start = sum(sizes[:shard])
+                target = target[start:start + sizes[shard]]
+            else:
+                target = params.get(name)
+                if target is None:
+                    raise ValueError(f"unexpected weight {name}")
+            if tuple(target.shape) != tuple(tensor.shape):
+                raise ValueError(f"weight {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
+            target.copy_(tensor)
+            loaded.add(name)
+        missing = sorted(self.expected_weight_names() - loaded)
+        if missing:
+            raise ValueError(f"missing weights: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
+
+    def expected_weight_names(self) -> set[str]:
+        """The Hugging Face names load_weights needs (lm_head only when not tied)."""
+        names = set()
+        for name, _ in self.named_parameters():
+            module, leaf, kind = split_name(name)
+            if leaf in _UNFUSED:
+                names.update(f"{module}.{part}.{kind}" for part in _UNFUSED[leaf])
+            else:
+                names.add(name)
+        return names
