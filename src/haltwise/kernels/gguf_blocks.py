@@ -40,7 +40,7 @@ def block_rows(tensor, rows: int) -> np.ndarray:
 
 def unpermute_block_rows(data: np.ndarray, n_heads: int) -> np.ndarray:
     """GGUF's interleaved q/k row order -> Hugging Face's, on whole rows of blocks (a copy)."""
-    return unpermute_qk(torch.from_numpy(np.ascontiguousarray(data)), n_heads).numpy().copy()
+    return unpermute_qk(torch.from_numpy(np.array(data)), n_heads).numpy()   # np.array: a writable copy
 
 
 def linear_shards(reader: GGUFReader, config: ModelConfig) -> dict[str, list[GGUFShard]]:
