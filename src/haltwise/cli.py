@@ -11,6 +11,7 @@ COMMANDS = {
     "generate": ("haltwise.tools.generate", "generate text for one prompt, streamed to stdout"),
     "count-tokens": ("haltwise.tools.count_tokens", "count a text's tokens against the model's window"),
     "kv-estimate": ("haltwise.tools.kv_estimate", "compute KV-cache memory for a model or given dimensions"),
+    "plan": ("haltwise.tools.plan", "print the kernel plan: the linear format measured fastest per shape and rows here"),
     "bench": ("haltwise.bench.cli", "benchmarks: haltwise side by side with peers, ratios in one run"),
     "eval-stops": ("haltwise.bench.eval_stops", "compare stop strategies over a prompt set"),
     "eval-longctx": ("haltwise.bench.eval_longctx", "long-context perplexity and passkey retrieval per RoPE scaling"),

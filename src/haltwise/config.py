@@ -5,8 +5,10 @@ from dataclasses import dataclass
 from typing import Any
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-# Up to 4 rows the int4 copies beat prepacked bf16 by 2-3x; at 8 they are about even (models/step_linear.py).
-DEFAULT_QUANTIZED_DECODE_ROWS = 4
+# "auto": float32 activations and KV, every linear in the format the host-measured kernel plan picks
+# (haltwise/kernels); "float32": plain float32 everywhere (the exact transformers oracle);
+# "bfloat16": bf16 weights, activations and KV (refused where this host cannot run bf16 matmuls).
+ENGINE_DTYPES = ("auto", "float32", "bfloat16")
 
 
 @dataclass(frozen=True)
@@ -41,9 +43,10 @@ class ModelConfig:
 class EngineConfig:
     """How the engine schedules and how much KV memory it may hold."""
 
-    dtype: str = "float32"              # compute and KV dtype (see README: measured per phase)
+    dtype: str = "float32"              # one of ENGINE_DTYPES; the CLI defaults to "auto"
     block_size: int = 16                # tokens per KV block
-    kv_cache_memory: int = 512 * 2**20  # bytes for the whole KV pool (K and V, all layers)
+    # bytes for the whole KV pool (K and V, all layers), or "auto": a share of available RAM (engine/kv_cache.py)
+    kv_cache_memory: int | str = 512 * 2**20
     max_model_len: int | None = None    # None = the model's trained window (or what rope scaling allows)
     max_num_seqs: int = 64              # sequences per step
     max_num_batched_tokens: int = 2048  # token budget per step (decodes first, then prefill chunks); as vLLM
@@ -53,19 +56,18 @@ class EngineConfig:
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
     num_threads: int | None = None      # torch intra-op threads; None = all cores
-    # bfloat16 only: steps of at most this many rows read int4/int8 weight copies (0 = off);
-    # None = DEFAULT_QUANTIZED_DECODE_ROWS with bfloat16, 0 otherwise (resolved at construction).
-    quantized_decode_rows: int | None = None
+
+    @property
+    def kv_dtype(self) -> str:
+        """The dtype of activations and KV: float32 under "auto"."""
+        return "float32" if self.dtype == "auto" else self.dtype
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPE_BYTES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPE_BYTES)}, got {self.dtype!r}")
+        if self.dtype not in ENGINE_DTYPES:
+            raise ValueError(f"dtype must be one of {list(ENGINE_DTYPES)}, got {self.dtype!r}")
+        if isinstance(self.kv_cache_memory, str) and self.kv_cache_memory != "auto":
+            raise ValueError(f"kv_cache_memory must be bytes or 'auto', got {self.kv_cache_memory!r}")
         if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_chunk) < 1:
             raise ValueError("block_size, max_num_seqs, max_num_batched_tokens and long_prefill_chunk must be >= 1")
-        if self.quantized_decode_rows is None:
-            default = DEFAULT_QUANTIZED_DECODE_ROWS if self.dtype == "bfloat16" else 0
-            object.__setattr__(self, "quantized_decode_rows", default)
-        if self.quantized_decode_rows and self.dtype != "bfloat16":
-            raise ValueError("quantized_decode_rows needs dtype bfloat16")
         if not 0.0 < self.watermark <= 1.0:
             raise ValueError(f"watermark must be in (0, 1], got {self.watermark}")

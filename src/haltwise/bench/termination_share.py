@@ -19,8 +19,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--stops", type=int, default=16, help="stop strings per request (none ever matches)")
     p.add_argument("--requests", type=int, default=1, help="concurrent requests")
     p.add_argument("--tokens", type=int, default=256, help="tokens per request")
-    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
-    p.add_argument("--quantized-decode-rows", type=int, default=None)
+    p.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16"])
     p.add_argument("--tiny", action="store_true", help="the tiny random model (for tests)")
     p.add_argument("--json", default=None, help="write the result here")
 
@@ -71,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
     from haltwise.engine.factory import build_engine
 
     print("loading the model...", file=sys.stderr)
-    engine = build_engine(engine_config=EngineConfig(dtype=args.dtype, quantized_decode_rows=args.quantized_decode_rows),
+    engine = build_engine(engine_config=EngineConfig(dtype=args.dtype),
                           tiny=args.tiny)
     result = measure(engine, args.stops, args.requests, args.tokens)
     for key, value in result.items():

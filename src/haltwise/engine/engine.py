@@ -56,14 +56,14 @@ class LLMEngine:
         self.default_timeout = default_timeout
         self.eos_token_ids = tokenizer.eos_token_ids(tuple(generation_eos_ids) + tuple(model_config.eos_token_ids))
         self.special_token_texts = tokenizer.special_token_texts()
-        self.budget = KVBudget.from_memory(model_config, engine_config.dtype, engine_config.block_size,
+        self.budget = KVBudget.from_memory(model_config, engine_config.kv_dtype, engine_config.block_size,
                                            engine_config.kv_cache_memory)
         if self.budget.num_blocks < 1:
             raise ValueError(f"kv_cache_memory {engine_config.kv_cache_memory} bytes is less than one block")
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
                                         engine_config.enable_prefix_caching)
         self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
-        self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.dtype),
+        self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype),
                                              engine_config.block_size))
         self.sampler = Sampler()
         self.requests: dict[str, RequestState] = {}
@@ -221,5 +221,7 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits)
 
     def describe(self) -> str:
-        return (f"{self.budget.describe()}; max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
+        text = (f"{self.budget.describe()}; max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
+        plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
+        return f"{text}\n{plan.describe()}" if plan is not None else text

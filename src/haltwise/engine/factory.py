@@ -9,10 +9,13 @@ from typing import Any
 
 import torch
 
-from haltwise.config import EngineConfig
+from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
+from haltwise.engine.kv_cache import KVBudget, auto_kv_memory
+from haltwise.kernels.bf16_probe import bf16_unavailable
+from haltwise.kernels.model_plan import plan_model
+from haltwise.kernels.plan import KernelPlan
 from haltwise.models.loader import load_model
-from haltwise.models.step_linear import enable_step_linears
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
@@ -25,26 +28,56 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
     config = engine_config or EngineConfig()
     if config.num_threads:
         torch.set_num_threads(config.num_threads)
+    if config.dtype == "bfloat16" and (why := bf16_unavailable()):
+        raise ValueError(f"dtype bfloat16 cannot run on this CPU ({why}); use --dtype auto or float32")
     if tiny:
         from haltwise.models.tiny import tiny_llama
         from haltwise.tokenizer.tiny import tiny_tokenizer
 
         tokenizer = tiny_tokenizer()
         net = tiny_llama(tokenizer.vocab_size, max_model_len=config.max_model_len)
-        if config.dtype != "float32":
-            net = net.to(getattr(torch, config.dtype))
+        if config.dtype == "bfloat16":
+            net = net.to(torch.bfloat16)
         model_config = net.config
         max_len = config.max_model_len or model_config.max_position_embeddings
-        return LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout)
+        config = _size_kv(config, model_config, max_len)
+        plan = _plan(net, None) if config.dtype == "auto" else None
+        engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout)
+        engine.kernel_plan = plan
+        return engine
     start = time.perf_counter()
-    loaded = load_model(model, dtype=config.dtype, rope_scaling=rope_scaling, max_model_len=config.max_model_len)
+    weights_dtype = "bfloat16" if config.dtype == "bfloat16" else "float32"
+    loaded = load_model(model, dtype=weights_dtype, rope_scaling=rope_scaling, max_model_len=config.max_model_len)
     tok_start = time.perf_counter()
     tokenizer = Tokenizer.from_gguf(loaded.path) if loaded.format == "gguf" else Tokenizer.from_hf_dir(loaded.path)
     log.info("loaded %s in %.2fs (tokenizer %.2fs)", loaded.path, time.perf_counter() - start,
              time.perf_counter() - tok_start)
+    config = _size_kv(config, loaded.config, loaded.max_model_len)
     config = replace(config, max_model_len=loaded.max_model_len)
-    if config.dtype == "bfloat16":
-        formats = enable_step_linears(loaded.model, config.quantized_decode_rows)
-        log.info("bf16 linears prepacked; steps of <= %d rows read %s", config.quantized_decode_rows, formats)
-    return LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
-                     generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)
+    plan = _plan(loaded.model, loaded.path) if config.dtype == "auto" else None
+    engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
+                       generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)
+    engine.kernel_plan = plan
+    return engine
+
+
+def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> EngineConfig:
+    """Resolve kv_cache_memory 'auto' to bytes; refuse an explicit max_model_len the pool cannot hold."""
+    if config.kv_cache_memory == "auto":
+        per_token = model_config.kv_bytes_per_token(config.kv_dtype)
+        config = replace(config, kv_cache_memory=auto_kv_memory(per_token, config.block_size, max_len))
+    budget = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, config.kv_cache_memory)
+    if config.max_model_len is not None:
+        budget.check_fits(max_len)
+    elif budget.num_tokens < max_len:
+        log.warning("the KV pool holds %d tokens, less than one %d-token sequence of the model's window",
+                    budget.num_tokens, max_len)
+    return config
+
+
+def _plan(model: torch.nn.Module, path: Path | None) -> KernelPlan:
+    """Swap the model's linears for the host's plan (LLMEngine.describe prints it beside the KV budget)."""
+    start = time.perf_counter()
+    plan, counts = plan_model(model, path)
+    log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
+    return plan

@@ -1,11 +1,24 @@
-"""The KV pool: one preallocated tensor pair per layer, sized from a byte budget."""
+"""The KV pool: one preallocated tensor pair per layer, sized from a byte budget.
+
+`--kv-cache-memory auto` (the CLI default) sizes the pool to the host, as vLLM's
+gpu_memory_utilization does for a GPU: KV_AUTO_FRACTION of the RAM available at start
+(MemAvailable), raised to hold at least one max-model-len sequence when that still fits in
+KV_AUTO_MAX_FRACTION of it. A pool that cannot hold one sequence of an explicitly asked
+max_model_len is refused at start, with the numbers (a prompt that long could never run).
+"""
 from __future__ import annotations
 
+import math
+import os
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
 from haltwise.config import DTYPE_BYTES, ModelConfig
+
+KV_AUTO_FRACTION = 0.10       # share of available RAM the auto pool takes
+KV_AUTO_MAX_FRACTION = 0.50   # the most it takes to fit one full-length sequence
 
 
 @dataclass(frozen=True)
@@ -29,16 +42,51 @@ class KVBudget:
     def num_bytes(self) -> int:
         return self.num_tokens * self.bytes_per_token
 
+    def blocks_for(self, tokens: int) -> int:
+        return math.ceil(tokens / self.block_size)
+
+    def check_fits(self, max_model_len: int) -> None:
+        """Raise ValueError when one sequence of max_model_len tokens cannot fit the pool."""
+        need = self.blocks_for(max_model_len)
+        if need > self.num_blocks:
+            raise ValueError(
+                f"--max-model-len {max_model_len} cannot fit the KV pool: one such sequence needs {need} blocks "
+                f"({need * self.block_size * self.bytes_per_token / 2**20:.1f} MiB at {self.bytes_per_token} "
+                f"bytes/token), the pool holds {self.num_blocks} blocks = {self.num_tokens} tokens "
+                f"({self.num_bytes / 2**20:.1f} MiB). Raise --kv-cache-memory or lower --max-model-len.")
+
     def describe(self) -> str:
         return (f"KV cache: {self.num_blocks} blocks x {self.block_size} tokens = {self.num_tokens} tokens, "
                 f"{self.num_bytes} bytes ({self.num_bytes / 2**20:.1f} MiB; {self.bytes_per_token} bytes/token)")
 
 
-def parse_memory(text: str | int | float, total_ram: int | None = None) -> int:
-    """'512MiB', '2GB', '1000000' (bytes) or '0.1' (a fraction of RAM) -> bytes."""
+def available_ram() -> int:
+    """MemAvailable from /proc/meminfo (bytes), else total physical RAM."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+def auto_kv_memory(bytes_per_token: int, block_size: int, max_model_len: int, available: int | None = None) -> int:
+    """The auto pool in bytes: KV_AUTO_FRACTION of available RAM, or one full sequence if that is more
+    and stays within KV_AUTO_MAX_FRACTION."""
+    available = available_ram() if available is None else available
+    one_sequence = math.ceil(max_model_len / block_size) * block_size * bytes_per_token
+    share = int(KV_AUTO_FRACTION * available)
+    return max(share, one_sequence) if one_sequence <= KV_AUTO_MAX_FRACTION * available else share
+
+
+def parse_memory(text: str | int | float, total_ram: int | None = None) -> int | str:
+    """'512MiB', '2GB', '1000000' (bytes) or '0.1' (a fraction of RAM) -> bytes; 'auto' stays 'auto'."""
     if isinstance(text, (int, float)) and not isinstance(text, bool):
         text = str(text)
     s = str(text).strip()
+    if s.lower() == "auto":
+        return "auto"
     units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "k": 2**10,
              "m": 2**20, "g": 2**30, "b": 1}
     for unit in sorted(units, key=len, reverse=True):
@@ -47,7 +95,6 @@ def parse_memory(text: str | int | float, total_ram: int | None = None) -> int:
     value = float(s)
     if 0 < value < 1:
         if total_ram is None:
-            import os
             total_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
         return int(value * total_ram)
     return int(value)

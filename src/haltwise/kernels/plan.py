@@ -1,0 +1,176 @@
+"""The kernel plan: per distinct weight (shape and kind) and row bucket, the fastest correct format here.
+
+Measuring: for each group of equal-keyed sources (LinearSource.group_key), one representative is
+prepared in every registered format. A format is excluded on this host when it is unavailable, when
+prepare or run raises, or when its output disagrees with float32 F.linear by more than its tolerance
+(max|y - y_ref| / max|y_ref| on random inputs of 1 and 33 rows). The rest are timed at each bucket's row
+count, interleaved single calls, the fastest of a few (a loaded host only ever adds time: on a shared 2-core
+machine medians swung 100x between runs while minimums held); a format more than DROP_FACTOR slower
+than the best at a bucket is not timed at larger buckets (its time only grows). A source with
+`max_rows` (lm_head: only sampled rows reach it) is not timed beyond the bucket that covers them.
+Each bucket keeps its measured formats ranked fastest first; PlannedLinear takes the first it can
+prepare, and float32 always remains.
+"""
+from __future__ import annotations
+
+import bisect
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Iterable
+
+import torch
+import torch.nn.functional as F
+
+from haltwise.kernels.formats import LinearFormat, LinearSource, registry_version
+from haltwise.kernels.host import HostInfo
+
+BUCKETS = (1, 2, 4, 8, 16, 32, 64, 256)   # a step of r rows uses the smallest bucket >= r (256 for > 64)
+DROP_FACTOR = 3.0
+SAMPLES = 7                               # single timed calls per format and bucket, the fastest kept ...
+SAMPLE_BUDGET_MS = 30.0                   # ... but past 2 calls, none once a format has spent this long
+CHECK_ROWS = (1, 33)
+FALLBACK = "float32"
+
+
+def bucket_index(rows: int) -> int:
+    return min(bisect.bisect_left(BUCKETS, rows), len(BUCKETS) - 1)
+
+
+@dataclass
+class GroupPlan:
+    key: str                                     # LinearSource.group_key()
+    count: int                                   # sources in the group
+    excluded: dict[str, str] = field(default_factory=dict)              # format -> why
+    ms: dict[str, list[float | None]] = field(default_factory=dict)     # format -> per bucket (None: not timed)
+
+    def ranking(self, bucket: int) -> list[str]:
+        timed = [(t[bucket], name) for name, t in self.ms.items() if t[bucket] is not None]
+        return [name for _, name in sorted(timed)] or [FALLBACK]
+
+
+@dataclass
+class KernelPlan:
+    host: dict                                   # HostInfo fields, for printing
+    cache_key: str
+    groups: dict[str, GroupPlan]
+    measure_s: float
+    from_cache: bool = False
+
+    def ranking(self, group_key: str, bucket: int) -> list[str]:
+        group = self.groups.get(group_key)
+        return group.ranking(bucket) if group else [FALLBACK]
+
+    def chosen(self) -> dict[str, list[str]]:
+        """group key -> the winning format per bucket."""
+        return {k: [g.ranking(b)[0] for b in range(len(BUCKETS))] for k, g in self.groups.items()}
+
+    def describe(self) -> str:
+        h = self.host
+        how = "cached" if self.from_cache else f"measured in {self.measure_s:.1f}s"
+        lines = [f"kernel plan ({how}) for {h['cpu_model']}, {h['isa']} (torch {h['torch_version']}, "
+                 f"capability {h['torch_capability']}, {h['threads']} threads)",
+                 "  rows:" + "".join(f"{b:>16}" for b in BUCKETS[:-1]) + f"{str(BUCKETS[-1]) + '+':>16}"]
+        for key, g in self.groups.items():
+            cells = []
+            for b in range(len(BUCKETS)):
+                name = g.ranking(b)[0]
+                t = g.ms.get(name, [None] * len(BUCKETS))[b]
+                cells.append(f"{name} {t:.3f}" if t is not None else name)
+            lines.append(f"  {key} x{g.count}: " + "".join(f"{c:>16}" for c in cells) + "  (ms)")
+        excluded: dict[str, list[str]] = {}                 # "format: why" -> groups
+        for key, g in self.groups.items():
+            for n, why in g.excluded.items():
+                excluded.setdefault(f"{n}: {why}", []).append(key)
+        every = len(self.groups)
+        lines += [f"  excluded {e}" + ("" if len(keys) == every else f" ({', '.join(keys)})")
+                  for e, keys in sorted(excluded.items())]
+        return "\n".join(lines)
+
+    def to_json(self) -> dict:
+        return {"host": self.host, "cache_key": self.cache_key, "measure_s": self.measure_s,
+                "buckets": list(BUCKETS), "groups": {k: asdict(g) for k, g in self.groups.items()}}
+
+    @classmethod
+    def from_json(cls, data: dict) -> "KernelPlan":
+        if data.get("buckets") != list(BUCKETS):
+            raise ValueError("plan was measured for other row buckets")
+        groups = {k: GroupPlan(**g) for k, g in data["groups"].items()}
+        return cls(data["host"], data["cache_key"], groups, data["measure_s"], from_cache=True)
+
+
+def check(fmt: LinearFormat, prepared, source: LinearSource) -> str | None:
+    """Why the format's numbers are wrong for this source, or None when they agree with float32."""
+    gen = torch.Generator().manual_seed(0)
+    for rows in CHECK_ROWS:
+        x = torch.randn(rows, source.shape[1], generator=gen)
+        ref = F.linear(x, source.weight.float())
+        y = fmt.run(prepared, x)
+        if tuple(y.shape) != tuple(ref.shape) or y.dtype != torch.float32:
+            return f"returned {tuple(y.shape)} {y.dtype}, expected {tuple(ref.shape)} float32"
+        err = ((y - ref).abs().max() / ref.abs().max().clamp(min=1e-30)).item()
+        if not err <= fmt.tolerance:            # also catches NaN
+            return f"max relative error {err:.3g} > tolerance {fmt.tolerance:g} at {rows} rows"
+    return None
+
+
+def _call_ms(fmt: LinearFormat, prepared, x: torch.Tensor) -> float:
+    start = time.perf_counter()
+    fmt.run(prepared, x)
+    return (time.perf_counter() - start) * 1e3
+
+
+def measure_group(key: str, sources: list[LinearSource], formats: Iterable[LinearFormat], host: HostInfo,
+                  samples: int = SAMPLES) -> GroupPlan:
+    source = sources[0]
+    plan = GroupPlan(key, len(sources))
+    live: dict[str, tuple[LinearFormat, object]] = {}
+    for fmt in formats:
+        try:
+            why = fmt.unavailable(host)
+            if why is None:
+                prepared = fmt.prepare(source)
+                why = check(fmt, prepared, source)
+        except Exception as e:                                   # any failure excludes the format, with why
+            why = f"{type(e).__name__}: {str(e).splitlines()[0][:160] if str(e) else ''}"
+        if why is None:
+            live[fmt.name] = (fmt, prepared)
+            plan.ms[fmt.name] = [None] * len(BUCKETS)
+        else:
+            plan.excluded[fmt.name] = why
+    gen = torch.Generator().manual_seed(1)
+    last = bucket_index(max((s.max_rows or BUCKETS[-1]) for s in sources))
+    for b, rows in enumerate(BUCKETS):
+        if b > last:
+            for name, t in plan.ms.items():
+                t[b] = t[last]                               # rows beyond max_rows never come
+            continue
+        x = torch.randn(rows, source.shape[1], generator=gen)
+        times: dict[str, list[float]] = {n: [] for n in live}
+        for name, (fmt, prepared) in live.items():              # warm-up call (first-call packing, caches)
+            fmt.run(prepared, x)
+        for i in range(samples):                               # interleaved single calls
+            for name, (fmt, prepared) in live.items():
+                if i < 2 or sum(times[name]) < SAMPLE_BUDGET_MS:
+                    times[name].append(_call_ms(fmt, prepared, x))
+        medians = {n: min(t) for n, t in times.items()}
+        for name, t in medians.items():
+            plan.ms[name][b] = round(t, 4)
+        best = min(medians.values(), default=0.0)
+        live = {n: v for n, v in live.items() if medians[n] <= DROP_FACTOR * best or n == FALLBACK}
+    return plan
+
+
+def group_sources(sources: Iterable[LinearSource]) -> dict[str, list[LinearSource]]:
+    groups: dict[str, list[LinearSource]] = {}
+    for s in sources:
+        groups.setdefault(s.group_key(), []).append(s)
+    return groups
+
+
+def measure_plan(sources: list[LinearSource], formats: list[LinearFormat], host: HostInfo,
+                 cache_key: str = "", samples: int = SAMPLES) -> KernelPlan:
+    start = time.perf_counter()
+    groups = {key: measure_group(key, members, formats, host, samples)
+              for key, members in group_sources(sources).items()}
+    return KernelPlan(asdict(host) | {"flags": None}, cache_key or registry_version(formats), groups,
+                      round(time.perf_counter() - start, 2))

@@ -1,0 +1,68 @@
+"""The plan keeps, per shape and row bucket, only formats that run and agree with float32, fastest first."""
+import time
+
+import pytest
+import torch
+
+from haltwise.kernels.formats import LinearFormat, LinearSource, get
+from haltwise.kernels.host import probe
+from haltwise.kernels.plan import BUCKETS, KernelPlan, bucket_index, measure_plan
+from tests.kernels.broken_formats import BROKEN
+from tests.kernels.conftest import dense_weight, grid_weight
+
+
+class SlowFloat32(LinearFormat):
+    """Correct, but sleeps: never the fastest."""
+    name, tolerance = "test-slow", 1e-5
+
+    def prepare(self, source):
+        return source.weight.float()
+
+    def run(self, prepared, x):
+        time.sleep(0.002)
+        return torch.nn.functional.linear(x, prepared)
+
+
+def test_bucket_of_rows():
+    assert [bucket_index(r) for r in (1, 2, 3, 4, 5, 64, 65, 256, 10000)] == [0, 1, 2, 2, 3, 6, 7, 7, 7]
+    assert BUCKETS == (1, 2, 4, 8, 16, 32, 64, 256)
+
+
+def test_failing_formats_are_excluded_with_their_reason():
+    sources = [LinearSource("a", dense_weight()), LinearSource("b", dense_weight(seed=3))]
+    plan = measure_plan(sources, [get("float32"), *BROKEN], probe())
+    (group,) = plan.groups.values()
+    assert group.count == 2
+    assert set(group.excluded) == {f.name for f in BROKEN}
+    assert "needs an ISA" in group.excluded["test-raises"]
+    assert "illegal instruction" in group.excluded["test-raises-at-run"]
+    assert "tolerance" in group.excluded["test-wrong"]
+    assert "nan" in group.excluded["test-nan"]
+    assert group.excluded["test-unavailable"] == "needs the flag no-such-isa"
+    assert plan.chosen() == {group.key: ["float32"] * len(BUCKETS)}
+    text = plan.describe()
+    assert "excluded test-wrong" in text and "float32" in text
+
+
+def test_the_fastest_correct_format_wins_every_bucket():
+    plan = measure_plan([LinearSource("a", grid_weight())], [SlowFloat32(), get("float32")], probe())
+    (group,) = plan.groups.values()
+    assert all(r[0] == "float32" for r in (group.ranking(b) for b in range(len(BUCKETS))))
+    assert group.ranking(0) == ["float32", "test-slow"]
+
+
+def test_max_rows_limits_what_is_timed():
+    plan = measure_plan([LinearSource("lm_head", dense_weight(), max_rows=4)], [get("float32")], probe())
+    (group,) = plan.groups.values()
+    times = group.ms["float32"]
+    assert all(t is not None for t in times) and times[3:] == [times[2]] * (len(BUCKETS) - 3)
+
+
+def test_plan_round_trips_through_json():
+    plan = measure_plan([LinearSource("a", dense_weight())], [get("float32"), BROKEN[0]], probe(), cache_key="k")
+    back = KernelPlan.from_json(plan.to_json())
+    assert back.from_cache and back.chosen() == plan.chosen() and back.cache_key == "k"
+    assert back.groups[next(iter(back.groups))].excluded == next(iter(plan.groups.values())).excluded
+    stale = plan.to_json() | {"buckets": [1, 2]}
+    with pytest.raises(ValueError):
+        KernelPlan.from_json(stale)
