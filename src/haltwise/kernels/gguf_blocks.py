@@ -11,10 +11,14 @@ on the byte matrix and the kernels see the blocks exactly as stored:
     model.layers.N.mlp.down_proj       = [ffn_down]
     lm_head                            = [output]  or  [token_embd]  when the embedding is tied
 
-A linear with any shard that is not block-quantized (F32/F16/BF16) gets no entry.
+A linear with any shard that is not block-quantized (F32/F16/BF16) gets no entry. q/k rows are
+unpermuted only for the architectures whose converter permutes them (llama); whatever the reader does,
+the plan checks every format against the loaded float32 weights, so a mismatch would exclude the
+native format rather than run it.
 """
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +26,7 @@ import torch
 from gguf import GGMLQuantizationType, GGUFReader
 
 from haltwise.config import ModelConfig
-from haltwise.kernels.formats import GGUFShard
+from haltwise.kernels.formats import GGUFShard, LinearSource
 from haltwise.models.gguf_reader import hf_name, unpermute_qk
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
@@ -30,6 +34,8 @@ _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantiza
 _FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 _PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
+PERMUTED_QK_ARCHITECTURES = ("llama",)
+log = logging.getLogger("haltwise.kernels")
 
 
 def block_rows(tensor, rows: int) -> np.ndarray:
@@ -46,6 +52,8 @@ def unpermute_block_rows(data: np.ndarray, n_heads: int) -> np.ndarray:
 def linear_shards(reader: GGUFReader, config: ModelConfig) -> dict[str, list[GGUFShard]]:
     """Fused linear name (no '.weight') -> its shards in row order, for every all-quantized linear."""
     parts: dict[str, dict[int, GGUFShard]] = {}
+    arch = reader.fields.get("general.architecture")
+    permuted = arch is not None and arch.contents() in PERMUTED_QK_ARCHITECTURES
     for t in reader.tensors:
         qtype = GGMLQuantizationType(t.tensor_type)
         if len(t.shape) != 2 or qtype in _FLOAT_TYPES:
@@ -64,9 +72,9 @@ def linear_shards(reader: GGUFReader, config: ModelConfig) -> dict[str, list[GGU
         rows = int(t.shape[1])                              # ggml lists dims fastest-first: (in, out)
         data = block_rows(t, rows)
         parent, _, leaf = module.rpartition(".")
-        if leaf == "q_proj":
+        if leaf == "q_proj" and permuted:
             data = unpermute_block_rows(data, config.num_heads)
-        elif leaf == "k_proj":
+        elif leaf == "k_proj" and permuted:
             data = unpermute_block_rows(data, config.num_kv_heads)
         fused, index = _FUSED.get(leaf, (leaf, 0))
         key = f"{parent}.{fused}" if parent else fused
@@ -82,3 +90,24 @@ def linear_shards(reader: GGUFReader, config: ModelConfig) -> dict[str, list[GGU
 def read_linear_shards(path: Path, config: ModelConfig) -> dict[str, list[GGUFShard]]:
     """linear_shards for a GGUF file on disk. The arrays map the file (read-only, no copy) except q/k."""
     return linear_shards(GGUFReader(path), config)
+
+
+def attach_gguf_blocks(sources: list[LinearSource], model_path: Path | None, config: ModelConfig) -> int:
+    """Fill `source.gguf` for every source of a GGUF model that has raw blocks; returns how many.
+
+    Never raises: a file the block reader cannot follow leaves the sources as they were (the plan
+    then runs torch's formats only), and the reason is logged.
+    """
+    if model_path is None or Path(model_path).suffix != ".gguf":
+        return 0
+    try:
+        shards = read_linear_shards(Path(model_path), config)
+    except Exception as e:  # a malformed or unexpected file: the plan falls back, it does not crash
+        log.warning("raw GGUF blocks unavailable for %s (%s: %s)", model_path, type(e).__name__, e)
+        return 0
+    attached = 0
+    for source in sources:
+        if source.gguf is None and source.name in shards:
+            source.gguf = shards[source.name]
+            attached += 1
+    return attached

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import SUPPORTED, TOLERANCE
+from haltwise.kernels.native.repack import X8, repack_x8
 from tests.kernels.native.blocks import BLOCK, quantize_q8, random_blocks
 
 native = build.load()
@@ -38,7 +39,7 @@ def _check(qtype: Q, rows: int, blocks: int, m: int, isa: str, seed: int) -> Non
     cols = blocks * BLOCK[qtype][0]
     data, w = random_blocks(qtype, rows, cols, rng)
     x = rng.standard_normal((m, cols)).astype(np.float32)
-    y = native.gemm([torch.from_numpy(data)], [int(qtype)], torch.from_numpy(x), isa).numpy()
+    y = native.gemm([torch.from_numpy(data)], [int(qtype)], [rows], torch.from_numpy(x), isa).numpy()
     assert y.shape == (m, rows)
     exact_ref = quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)
     assert _relative(y, exact_ref) < 1e-5
@@ -71,7 +72,7 @@ def test_mixed_shards_fill_their_columns(isa: str) -> None:
     parts = [random_blocks(Q.Q4_K, 24, 512, rng), random_blocks(Q.Q6_K, 8, 512, rng), random_blocks(Q.Q8_0, 16, 512, rng)]
     x = rng.standard_normal((3, 512)).astype(np.float32)
     y = native.gemm([torch.from_numpy(d) for d, _ in parts], [int(Q.Q4_K), int(Q.Q6_K), int(Q.Q8_0)],
-                    torch.from_numpy(x), isa).numpy()
+                    [24, 8, 16], torch.from_numpy(x), isa).numpy()
     w = np.concatenate([v for _, v in parts])
     assert _relative(y, quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)) < 1e-5
 
@@ -83,8 +84,8 @@ def test_isa_paths_agree() -> None:
     for qtype in SUPPORTED:
         data, _ = random_blocks(qtype, 33, 512, rng)
         x = torch.from_numpy(rng.standard_normal((6, 512)).astype(np.float32))
-        a = native.gemm([torch.from_numpy(data)], [int(qtype)], x, "avx2").numpy()
-        b = native.gemm([torch.from_numpy(data)], [int(qtype)], x, "scalar").numpy()
+        a = native.gemm([torch.from_numpy(data)], [int(qtype)], [33], x, "avx2").numpy()
+        b = native.gemm([torch.from_numpy(data)], [int(qtype)], [33], x, "scalar").numpy()
         assert _relative(a, b) < 1e-5, qtype.name
 
 
@@ -92,8 +93,8 @@ def test_zero_rows_and_zero_activations() -> None:
     rng = np.random.default_rng(1)
     data, _ = random_blocks(Q.Q4_1, 8, 64, rng)
     w = torch.from_numpy(data)
-    assert native.gemm([w], [int(Q.Q4_1)], torch.zeros(0, 64)).shape == (0, 8)
-    assert torch.equal(native.gemm([w], [int(Q.Q4_1)], torch.zeros(2, 64)), torch.zeros(2, 8))
+    assert native.gemm([w], [int(Q.Q4_1)], [8], torch.zeros(0, 64)).shape == (0, 8)
+    assert torch.equal(native.gemm([w], [int(Q.Q4_1)], [8], torch.zeros(2, 64)), torch.zeros(2, 8))
 
 
 def test_bad_inputs_raise() -> None:
@@ -101,8 +102,35 @@ def test_bad_inputs_raise() -> None:
     data, _ = random_blocks(Q.Q4_1, 4, 64, rng)
     w = torch.from_numpy(data)
     with pytest.raises(RuntimeError, match="bytes per row"):
-        native.gemm([w], [int(Q.Q4_1)], torch.zeros(1, 96))
+        native.gemm([w], [int(Q.Q4_1)], [4], torch.zeros(1, 96))
     with pytest.raises(RuntimeError, match="not supported"):
-        native.gemm([w], [99], torch.zeros(1, 64))
+        native.gemm([w], [99], [4], torch.zeros(1, 64))
     with pytest.raises(RuntimeError, match="multiple of 32"):
-        native.gemm([w], [int(Q.Q4_1)], torch.zeros(1, 40))
+        native.gemm([w], [int(Q.Q4_1)], [4], torch.zeros(1, 40))
+    with pytest.raises(RuntimeError, match="stores 4 rows"):
+        native.gemm([w], [int(Q.Q4_1)], [5], torch.zeros(1, 64))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
+@settings(max_examples=10, deadline=None)
+@given(shard_rows=st.lists(st.integers(1, 45), min_size=1, max_size=3), m=st.integers(1, 9),
+       threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31))
+def test_interleaved_records_match(qtype: Q, isa: str, shard_rows: list[int], m: int, threads: int, seed: int) -> None:
+    """Row-interleaved (X8) records give the plain blocks' numbers for any row counts (padding never
+    written) and any thread split (tasks cut shards at multiples of 8)."""
+    _isa_or_skip(isa)
+    rng = np.random.default_rng(seed)
+    parts = [random_blocks(qtype, n, 96, rng) for n in shard_rows]
+    packed = [repack_x8(d, qtype) for d, _ in parts]
+    x = rng.standard_normal((m, 96)).astype(np.float32)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = native.gemm([torch.from_numpy(p) for p, _ in packed], [c for _, c in packed], shard_rows,
+                        torch.from_numpy(x), isa).numpy()
+    finally:
+        torch.set_num_threads(before)
+    w = np.concatenate([v for _, v in parts])
+    assert y.shape == (m, sum(shard_rows))
+    assert _relative(y, quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)) < 1e-5

@@ -1,4 +1,4 @@
-"""Build (once) and load the native kernel extension; `python -m haltwise.kernels.native.build` builds it
+"""Build (once) and load the native kernel extension; `python -m haltwise.kernels.native` builds it
 at setup time so the first start does not wait for the compiler.
 
 The build goes to a persistent cache, ~/.cache/haltwise/kernels/<key> (HALTWISE_KERNEL_CACHE overrides

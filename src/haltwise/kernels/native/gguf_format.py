@@ -18,6 +18,7 @@ from gguf import GGMLQuantizationType as Q
 from haltwise.kernels.formats import LinearFormat, LinearSource, Unsupported
 from haltwise.kernels.host import HostInfo
 from haltwise.kernels.native import build
+from haltwise.kernels.native.repack import X8, repack_x8
 
 SUPPORTED = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K)
 TOLERANCE = 0.02
@@ -25,13 +26,15 @@ TOLERANCE = 0.02
 
 @dataclass(frozen=True)
 class PreparedBlocks:
-    weights: list[torch.Tensor]       # per run of equal-qtype shards: (rows, bytes_per_row) uint8
-    qtypes: list[int]
+    weights: list[torch.Tensor]       # per run of equal-qtype shards: (rows, bytes_per_row) uint8, or X8 records
+    qtypes: list[int]                 # GGML type, or 1000 + type for row-interleaved records (repack.py)
+    rows: list[int]                   # output rows of each run
     out_features: int
 
 
-def prepare_blocks(source: LinearSource) -> PreparedBlocks:
-    """Shards -> contiguous uint8 tensors; neighbouring shards of one qtype are merged (one kernel run)."""
+def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlocks:
+    """Shards -> contiguous uint8 tensors; neighbouring shards of one qtype are merged (one kernel run),
+    and Q4_0/Q4_1/Q8_0 runs regrouped 8 rows at a time (repack.py) unless interleave is False."""
     if not source.gguf:
         raise Unsupported("no raw GGUF blocks for this weight (not loaded from a GGUF file)")
     out_features, in_features = source.shape
@@ -46,12 +49,17 @@ def prepare_blocks(source: LinearSource) -> PreparedBlocks:
             runs[-1][1].append(shard.data)
         else:
             runs.append((int(qtype), [shard.data]))
-    weights = [torch.from_numpy(np.ascontiguousarray(np.concatenate(parts)) if len(parts) > 1 else np.array(parts[0]))
-               for _, parts in runs]
-    rows = sum(w.shape[0] for w in weights)
-    if rows != out_features:
-        raise Unsupported(f"GGUF shards hold {rows} rows, the weight has {out_features}")
-    return PreparedBlocks(weights, [q for q, _ in runs], out_features)
+    weights, qtypes, rows = [], [], []
+    for qtype, parts in runs:
+        data = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])     # a writable copy
+        rows.append(data.shape[0])
+        if interleave and Q(qtype) in X8:
+            data, qtype = repack_x8(data, Q(qtype))
+        weights.append(torch.from_numpy(data))
+        qtypes.append(qtype)
+    if sum(rows) != out_features:
+        raise Unsupported(f"GGUF shards hold {sum(rows)} rows, the weight has {out_features}")
+    return PreparedBlocks(weights, qtypes, rows, out_features)
 
 
 class GGUFNative(LinearFormat):
@@ -68,4 +76,4 @@ class GGUFNative(LinearFormat):
         return prepare_blocks(source)
 
     def run(self, prepared: PreparedBlocks, x: torch.Tensor) -> torch.Tensor:
-        return build.load().gemm(prepared.weights, prepared.qtypes, x)
+        return build.load().gemm(prepared.weights, prepared.qtypes, prepared.rows, x)

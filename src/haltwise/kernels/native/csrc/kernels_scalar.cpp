@@ -145,6 +145,39 @@ void rows_generic(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y,
   }
 }
 
+// Row-interleaved records (quant_kernels.h): Kind 0 = Q4_0X8, 1 = Q4_1X8, 2 = Q8_0X8.
+template <int Kind>
+void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : 272, qoff = Kind == 1 ? 32 : 16;
+  const int64_t nb = x.K / QK;
+  int8_t q[QK];
+  for (int64_t n = n0; n < n1; ++n) {
+    const int64_t g = n / 8, r = n % 8;
+    for (int64_t m = 0; m < x.M; ++m) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = w + g * group_bytes + b * rec;
+        const float d = h(blk + 2 * r), offset = Kind == 1 ? h(blk + 16 + 2 * r) : 0.0f;
+        for (int j = 0; j < (Kind == 2 ? 8 : 4); ++j) {
+          for (int t = 0; t < 4; ++t) {
+            const uint8_t byte = blk[qoff + 32 * j + 4 * r + t];
+            if (Kind == 2) {
+              q[4 * j + t] = (int8_t)byte;
+            } else {
+              q[4 * j + t] = (int8_t)((byte & 0x0F) - (Kind == 0 ? 8 : 0));
+              q[16 + 4 * j + t] = (int8_t)((byte >> 4) - (Kind == 0 ? 8 : 0));
+            }
+          }
+        }
+        int32_t isum = 0;
+        for (int i = 0; i < QK; ++i) isum += (int32_t)q[i] * x.q[m * x.K + b * QK + i];
+        acc += x.d[m * nb + b] * d * (float)isum + offset * x.s[m * nb + b];
+      }
+      y[m * ldy + n] = acc;
+    }
+  }
+}
+
 void quantize_scalar(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1) {
   const int64_t nb = K / QK;
   for (int64_t m = m0; m < m1; ++m) {
@@ -172,6 +205,7 @@ const KernelTable& scalar_kernels() {
       "scalar", quantize_scalar,
       rows_generic<decode_q4_0>, rows_generic<decode_q4_1>, rows_generic<decode_q5_0>,
       rows_generic<decode_q8_0>, rows_generic<decode_q4_k>, rows_generic<decode_q6_k>,
+      rows_x8<0>, rows_x8<1>, rows_x8<2>,
   };
   return table;
 }

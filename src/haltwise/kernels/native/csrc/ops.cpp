@@ -45,6 +45,9 @@ RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
     case Q8_0: k = t.q8_0; fallback = s.q8_0; break;
     case Q4_K: k = t.q4_k; fallback = s.q4_k; break;
     case Q6_K: k = t.q6_k; fallback = s.q6_k; break;
+    case Q4_0X8: k = t.q4_0x8; fallback = s.q4_0x8; break;
+    case Q4_1X8: k = t.q4_1x8; fallback = s.q4_1x8; break;
+    case Q8_0X8: k = t.q8_0x8; fallback = s.q8_0x8; break;
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
   return k ? k : fallback;
@@ -59,24 +62,33 @@ std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
     case Q8_0: return {32, 34};
     case Q4_K: return {256, 144};
     case Q6_K: return {256, 210};
+    case Q4_0X8: return {32, 144};    // per group of 8 rows
+    case Q4_1X8: return {32, 160};
+    case Q8_0X8: return {32, 272};
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
 }
 
+bool interleaved(int64_t qtype) { return qtype > 1000; }
+
+int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
+
 }  // namespace
 
 // Row-stacked shards (e.g. q, k, v) of one fused weight: weights[i] is (N_i, row_bytes_i) uint8 of
-// qtypes[i]; x (M, K) float32 -> (M, sum N_i) float32. Output columns follow shard order.
+// qtypes[i] holding rows[i] output rows (a row-interleaved shard is (ceil(N_i / 8), group bytes));
+// x (M, K) float32 -> (M, sum N_i) float32. Output columns follow shard order.
 torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
-                   const torch::Tensor& x, const std::string& isa) {
-  TORCH_CHECK(weights.size() == qtypes.size() && !weights.empty(), "haltwise native: one qtype per shard");
+                   const std::vector<int64_t>& rows, const torch::Tensor& x, const std::string& isa) {
+  TORCH_CHECK(weights.size() == qtypes.size() && weights.size() == rows.size() && !weights.empty(),
+              "haltwise native: one qtype and row count per shard");
   TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "haltwise native: x must be (M, K) float32");
   const torch::Tensor xc = x.contiguous();
   const int64_t M = xc.size(0), K = xc.size(1);
   TORCH_CHECK(K % QK == 0, "haltwise native: in_features must be a multiple of 32");
   const KernelTable& table = table_for(isa);
 
-  struct Shard { const uint8_t* w; int64_t row_bytes, n0, n1; RowsKernel kernel; };
+  struct Shard { const uint8_t* w; int64_t row_bytes, n0, n1; RowsKernel kernel; bool x8; };
   std::vector<Shard> shards;
   int64_t N = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
@@ -87,8 +99,12 @@ torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<
     TORCH_CHECK(K % per_block == 0 && w.size(1) == K / per_block * block_bytes,
                 "haltwise native: shard ", i, " has ", w.size(1), " bytes per row, expected ",
                 K / per_block * block_bytes, " for K=", K);
-    shards.push_back({w.data_ptr<uint8_t>(), w.size(1), N, N + w.size(0), rows_kernel(table, qtypes[i])});
-    N += w.size(0);
+    const int64_t stored = interleaved(qtypes[i]) ? w.size(0) * 8 : w.size(0);
+    TORCH_CHECK(rows[i] <= stored && rows[i] > stored - (interleaved(qtypes[i]) ? 8 : 1),
+                "haltwise native: shard ", i, " stores ", stored, " rows, not ", rows[i]);
+    shards.push_back({w.data_ptr<uint8_t>(), w.size(1), N, N + rows[i], rows_kernel(table, qtypes[i]),
+                      interleaved(qtypes[i])});
+    N += rows[i];
   }
   torch::Tensor y = torch::empty({M, N}, x.options());
   if (M == 0 || N == 0) return y;
@@ -104,10 +120,18 @@ torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<
 
   float* yp = y.data_ptr<float>();
   // Enough rows per task that a thread streams a few KiB of weights; the pool splits evenly.
+  // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
+  // ends the same way, so neighbouring tasks still partition the rows.
   at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
     for (const Shard& s : shards) {
-      const int64_t lo = std::max(b, s.n0), hi = std::min(e, s.n1);
-      if (lo < hi) s.kernel(s.w, s.row_bytes, act, yp + s.n0, N, lo - s.n0, hi - s.n0);
+      int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
+      if (lo >= hi) continue;
+      if (s.x8) {
+        lo = round8(lo);
+        hi = std::min(round8(hi), s.n1 - s.n0);
+        if (lo >= hi) continue;
+      }
+      s.kernel(s.w, s.row_bytes, act, yp + s.n0, N, lo, hi);
     }
   });
   return y;
@@ -126,7 +150,7 @@ std::vector<std::string> isas() {
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "haltwise native GGUF-block linear kernels";
   m.def("gemm", &haltwise_native::gemm, "y = x @ W.T on raw GGUF blocks (q8 activations)",
-        pybind11::arg("weights"), pybind11::arg("qtypes"), pybind11::arg("x"), pybind11::arg("isa") = "auto");
+        pybind11::arg("weights"), pybind11::arg("qtypes"), pybind11::arg("rows"), pybind11::arg("x"), pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
 }
