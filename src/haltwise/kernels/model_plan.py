@@ -8,6 +8,7 @@ from pathlib import Path
 from torch import nn
 
 from haltwise.kernels import plan_cache
+from haltwise.kernels.gguf_blocks import attach_gguf_blocks
 from haltwise.kernels.formats import LinearFormat, all_formats, registry_version
 from haltwise.kernels.host import HostInfo, probe
 from haltwise.kernels.plan import KernelPlan, group_sources, measure_plan
@@ -26,6 +27,8 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     host = host or probe()
     formats = all_formats() if formats is None else formats
     sources = list(linear_sources(model))
+    if hasattr(model, "config"):  # raw GGUF blocks for the native formats (kernels/gguf_blocks.py)
+        attach_gguf_blocks([s for _, _, s in sources], model_path, model.config)
     groups = group_sources(s for _, _, s in sources)
     shapes = hashlib.sha256(",".join(sorted(groups)).encode()).hexdigest()[:12]
     key = plan_cache.plan_key(host, plan_cache.model_identity(model_path), registry_version(formats), shapes)

@@ -1,0 +1,90 @@
+"""Build (once) and load the native kernel extension; `python -m haltwise.kernels.native` builds it
+at setup time so the first start does not wait for the compiler.
+
+The build goes to a persistent cache, ~/.cache/haltwise/kernels/<key> (HALTWISE_KERNEL_CACHE overrides
+the root), keyed by the sources, the torch and Python versions and the machine architecture, so any
+change rebuilds and stale builds are never loaded. No -march: one binary serves every CPU of the
+architecture, and ISA-specific kernel files are chosen at run time from what the CPU reports.
+
+Nothing here raises: `load()` returns the module or None, and `failure()` says why it is missing
+(no compiler, no ninja, a compile error), which the plan prints as the reason the native formats are
+excluded.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import platform
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import torch
+
+CSRC = Path(__file__).parent / "csrc"
+SOURCES = ("ops.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp")
+CFLAGS = ["-O3", "-fopenmp"]
+LDFLAGS = ["-fopenmp"]  # libgomp.so.1: the soname torch already loaded, so one OpenMP pool is shared
+
+_state: dict[str, object] = {}
+
+
+def cache_root() -> Path:
+    env = os.environ.get("HALTWISE_KERNEL_CACHE")
+    return Path(env) if env else Path.home() / ".cache" / "haltwise" / "kernels"
+
+
+def build_key() -> str:
+    """A digest of everything the binary depends on."""
+    digest = hashlib.sha256()
+    for name in sorted(p.name for p in CSRC.iterdir() if p.suffix in (".cpp", ".h")):
+        digest.update(name.encode())
+        digest.update((CSRC / name).read_bytes())
+    digest.update(" ".join(CFLAGS + LDFLAGS).encode())
+    digest.update(f"torch={torch.__version__} py={sys.version_info[:2]} machine={platform.machine()}".encode())
+    return digest.hexdigest()[:16]
+
+
+def load(verbose: bool = False) -> ModuleType | None:
+    """The extension module (building it if the cache lacks it), or None with failure() saying why."""
+    if "module" in _state or "failure" in _state:
+        return _state.get("module")  # type: ignore[return-value]
+    try:
+        from torch.utils import cpp_extension
+
+        key = build_key()
+        directory = cache_root() / key
+        directory.mkdir(parents=True, exist_ok=True)
+        os.environ.setdefault("MAX_JOBS", str(max(1, min(3, os.cpu_count() or 1))))
+        _state["module"] = cpp_extension.load(
+            name=f"haltwise_native_{key}", sources=[str(CSRC / s) for s in SOURCES],
+            extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS), build_directory=str(directory), verbose=verbose)
+    except Exception as e:  # compiler missing, ninja missing, compile error: every cause is a reason
+        _state["failure"] = _describe(e)
+        return None
+    return _state["module"]  # type: ignore[return-value]
+
+
+def failure() -> str | None:
+    """Why the extension is unavailable, or None (call load() first)."""
+    return _state.get("failure")  # type: ignore[return-value]
+
+
+def _describe(e: Exception) -> str:
+    text = str(e).strip().splitlines()
+    errors = [line for line in text if "error" in line.lower()]
+    detail = (errors or text or [type(e).__name__])[0]
+    return f"native kernels failed to build ({type(e).__name__}: {detail[:300]})"
+
+
+def main() -> int:
+    module = load(verbose="-v" in sys.argv)
+    if module is None:
+        print(f"haltwise: {failure()}; the kernel plan will use torch's formats", file=sys.stderr)
+        return 0  # setup must not fail: the plan falls back and says why
+    print(f"haltwise: native kernels ready in {cache_root() / build_key()} (ISA paths: {', '.join(module.isas())})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

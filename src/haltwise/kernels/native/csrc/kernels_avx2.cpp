@@ -1,0 +1,346 @@
+// AVX2 + FMA + F16C kernels (x86-64). This file alone is compiled for that ISA (the pragma below);
+// ops.cpp calls it only after the CPU has reported all three flags.
+//
+// Integer dot products use the AVX2 idiom without VNNI: _mm256_maddubs_epi16 multiplies unsigned by
+// signed bytes and adds pairs into int16 (|2 * 127 * 128| < 32768: no saturation for these ranges),
+// _mm256_madd_epi16 by ones widens pairs into int32. Signed weights use the sign trick
+// (|w| as unsigned, x carrying w's sign). One 32-input block of weights is unpacked once and used for
+// up to MT activation rows, so a decode step reads each weight byte once.
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c")
+#include <immintrin.h>
+
+#include "quant_kernels.h"
+
+namespace haltwise_native {
+namespace {
+
+inline float h(const uint8_t* p) {
+  uint16_t v;
+  __builtin_memcpy(&v, p, 2);
+  return _cvtsh_ss(v);
+}
+
+inline float hsum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline __m256i load32(const void* p) { return _mm256_loadu_si256((const __m256i*)p); }
+
+// 16 bytes of packed nibbles -> 32 bytes: low nibbles (inputs 0..15), then high nibbles (16..31).
+inline __m256i nibbles(const uint8_t* qs) {
+  const __m128i b = _mm_loadu_si128((const __m128i*)qs);
+  const __m256i v = _mm256_set_m128i(_mm_srli_epi16(b, 4), b);
+  return _mm256_and_si256(v, _mm256_set1_epi8(0x0F));
+}
+
+// 8 int32 partial sums of u[i] * s[i] as float: lanes 0..3 cover inputs 0..15, lanes 4..7 16..31.
+inline __m256 dot_us(__m256i u, __m256i s) {
+  const __m256i pairs = _mm256_maddubs_epi16(u, s);
+  return _mm256_cvtepi32_ps(_mm256_madd_epi16(pairs, _mm256_set1_epi16(1)));
+}
+
+inline __m256 dot_ss(__m256i a, __m256i b) { return dot_us(_mm256_sign_epi8(a, a), _mm256_sign_epi8(b, a)); }
+
+// Pointers to the activation rows one tile multiplies (MT rows of ActQ8).
+template <int MT>
+struct Tile {
+  const int8_t* q[MT];
+  const float* d[MT];
+  const float* s[MT];
+};
+
+// --- formats: accumulate<MT>(weight block, tile, index of its first 32-input sub-block, acc, corr) ---
+
+struct Q4_0F {
+  static constexpr int kBytes = 18, kSubs = 1;
+  template <int MT>
+  static void accumulate(const uint8_t* blk, const Tile<MT>& t, int64_t sb, __m256* acc, float* corr) {
+    const float d = h(blk);
+    const __m256i w = nibbles(blk + 2);                  // q + 8, unsigned
+    for (int j = 0; j < MT; ++j) {
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.d[j][sb]), dot_us(w, load32(t.q[j] + sb * QK)), acc[j]);
+      corr[j] -= 8.0f * d * t.s[j][sb];
+    }
+  }
+};
+
+struct Q4_1F {
+  static constexpr int kBytes = 20, kSubs = 1;
+  template <int MT>
+  static void accumulate(const uint8_t* blk, const Tile<MT>& t, int64_t sb, __m256* acc, float* corr) {
+    const float d = h(blk), mn = h(blk + 2);
+    const __m256i w = nibbles(blk + 4);
+    for (int j = 0; j < MT; ++j) {
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.d[j][sb]), dot_us(w, load32(t.q[j] + sb * QK)), acc[j]);
+      corr[j] += mn * t.s[j][sb];
+    }
+  }
+};
+
+// Byte i of the result is 0xFF where bit i of `bits` is set.
+inline __m256i bytes_from_bits(uint32_t bits) {
+  const __m256i spread = _mm256_shuffle_epi8(
+      _mm256_set1_epi32((int)bits),
+      _mm256_setr_epi8(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3));
+  const __m256i mask = _mm256_set1_epi64x((long long)0x8040201008040201ULL);
+  return _mm256_cmpeq_epi8(_mm256_and_si256(spread, mask), mask);
+}
+
+struct Q5_0F {
+  static constexpr int kBytes = 22, kSubs = 1;
+  template <int MT>
+  static void accumulate(const uint8_t* blk, const Tile<MT>& t, int64_t sb, __m256* acc, float* corr) {
+    const float d = h(blk);
+    uint32_t qh;
+    __builtin_memcpy(&qh, blk + 2, 4);
+    const __m256i w = _mm256_or_si256(nibbles(blk + 6), _mm256_and_si256(bytes_from_bits(qh), _mm256_set1_epi8(0x10)));
+    for (int j = 0; j < MT; ++j) {                         // w = q + 16, unsigned 0..31
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.d[j][sb]), dot_us(w, load32(t.q[j] + sb * QK)), acc[j]);
+      corr[j] -= 16.0f * d * t.s[j][sb];
+    }
+  }
+};
+
+struct Q8_0F {
+  static constexpr int kBytes = 34, kSubs = 1;
+  template <int MT>
+  static void accumulate(const uint8_t* blk, const Tile<MT>& t, int64_t sb, __m256* acc, float*) {
+    const float d = h(blk);
+    const __m256i w = load32(blk + 2);
+    for (int j = 0; j < MT; ++j)
+      acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(d * t.d[j][sb]), dot_ss(w, load32(t.q[j] + sb * QK)), acc[j]);
+  }
+};
+
+struct Q4_KF {
+  static constexpr int kBytes = 144, kSubs = 8;
+  template <int MT>
+  static void accumulate(const uint8_t* blk, const Tile<MT>& t, int64_t sb, __m256* acc, float* corr) {
+    const float d = h(blk), dmin = h(blk + 2);
+    const uint8_t* s = blk + 4;
+    float sc[8], mn[8];
+    for (int j = 0; j < 4; ++j) {
+      sc[j] = d * (float)(s[j] & 63);
+      mn[j] = dmin * (float)(s[j + 4] & 63);
+      sc[j + 4] = d * (float)((s[j + 8] & 0x0F) | ((s[j] >> 6) << 4));
+      mn[j + 4] = dmin * (float)((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
+    }
+    for (int c = 0; c < 4; ++c) {
+      const __m256i q = load32(blk + 16 + 32 * c);
+      const __m256i lo = _mm256_and_si256(q, _mm256_set1_epi8(0x0F));
+      const __m256i hi = _mm256_and_si256(_mm256_srli_epi16(q, 4), _mm256_set1_epi8(0x0F));
+      const int64_t b0 = sb + 2 * c, b1 = b0 + 1;
+      for (int j = 0; j < MT; ++j) {
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(sc[2 * c] * t.d[j][b0]), dot_us(lo, load32(t.q[j] + b0 * QK)), acc[j]);
+        acc[j] = _mm256_fmadd_ps(_mm256_set1_ps(sc[2 * c + 1] * t.d[j][b1]), dot_us(hi, load32(t.q[j] + b1 * QK)), acc[j]);
+        corr[j] -= mn[2 * c] * t.s[j][b0] + mn[2 * c + 1] * t.s[j][b1];
+      }
+    }
+  }
+};
+
+struct Q6_KF {
+  static constexpr int kBytes = 210, kSubs = 8;
+  template <int MT>
+  static void accumulate(const uint8_t* blk, const Tile<MT>& t, int64_t sb, __m256* acc, float*) {
+    const float d = h(blk + 208);
+    const int8_t* scales = (const int8_t*)(blk + 192);
+    const __m256i low4 = _mm256_set1_epi8(0x0F), bits45 = _mm256_set1_epi8(0x30), bias = _mm256_set1_epi8(32);
+    for (int half = 0; half < 2; ++half) {
+      const __m256i l0 = load32(blk + 64 * half), l1 = load32(blk + 64 * half + 32);
+      const __m256i hh = load32(blk + 128 + 32 * half);
+      __m256i q[4];
+      q[0] = _mm256_or_si256(_mm256_and_si256(l0, low4), _mm256_and_si256(_mm256_slli_epi16(hh, 4), bits45));
+      q[1] = _mm256_or_si256(_mm256_and_si256(l1, low4), _mm256_and_si256(_mm256_slli_epi16(hh, 2), bits45));
+      q[2] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l0, 4), low4), _mm256_and_si256(hh, bits45));
+      q[3] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(l1, 4), low4),
+                             _mm256_and_si256(_mm256_srli_epi16(hh, 2), bits45));
+      for (int sub = 0; sub < 4; ++sub) {
+        const __m256i w = _mm256_sub_epi8(q[sub], bias);     // -32..31
+        const int8_t* sc = scales + 8 * half + 2 * sub;     // one scale per 16 inputs
+        const float s0 = d * (float)sc[0], s1 = d * (float)sc[1];
+        const __m256 scv = _mm256_setr_ps(s0, s0, s0, s0, s1, s1, s1, s1);
+        const int64_t b = sb + 4 * half + sub;
+        for (int j = 0; j < MT; ++j)
+          acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(scv, _mm256_set1_ps(t.d[j][b])), dot_ss(w, load32(t.q[j] + b * QK)), acc[j]);
+      }
+    }
+  }
+};
+
+// --- drivers ---
+
+template <class F, int MT>
+inline void row_tile(const uint8_t* row, int64_t nblk, const ActQ8& x, int64_t m0, float* y, int64_t ldy, int64_t n) {
+  const int64_t nb = x.K / QK;
+  Tile<MT> t;
+  __m256 acc[MT];
+  float corr[MT];
+  for (int j = 0; j < MT; ++j) {
+    t.q[j] = x.q + (m0 + j) * x.K;
+    t.d[j] = x.d + (m0 + j) * nb;
+    t.s[j] = x.s + (m0 + j) * nb;
+    acc[j] = _mm256_setzero_ps();
+    corr[j] = 0.0f;
+  }
+  for (int64_t b = 0; b < nblk; ++b) F::template accumulate<MT>(row + b * F::kBytes, t, b * F::kSubs, acc, corr);
+  for (int j = 0; j < MT; ++j) y[(m0 + j) * ldy + n] = hsum(acc[j]) + corr[j];
+}
+
+template <class F>
+void rows(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  const int64_t nblk = row_bytes / F::kBytes;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    if (n + 1 < n1) _mm_prefetch((const char*)(row + row_bytes), _MM_HINT_T0);
+    int64_t m = 0;
+    for (; m + 4 <= x.M; m += 4) row_tile<F, 4>(row, nblk, x, m, y, ldy, n);
+    switch (x.M - m) {
+      case 3: row_tile<F, 3>(row, nblk, x, m, y, ldy, n); break;
+      case 2: row_tile<F, 2>(row, nblk, x, m, y, ldy, n); break;
+      case 1: row_tile<F, 1>(row, nblk, x, m, y, ldy, n); break;
+      default: break;
+    }
+  }
+}
+
+// --- row-interleaved records (quant_kernels.h): lane r of every vector is output row 8g + r ---
+//
+// Step s of a block multiplies inputs 4s..4s+3: the weight vector holds those 4 bytes of each of the
+// 8 rows, the activation vector the same 4 bytes of x broadcast to every lane. Q4 steps add up in
+// int16 (8 steps * 2 * 15 * 127 < 32768); Q8_0 steps widen to int32 each time.
+
+template <int Kind, int MT>
+inline void group_tile(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m0, __m256* acc) {
+  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : 272, qoff = Kind == 1 ? 32 : 16;
+  const int64_t nxb = x.K / QK;
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int j = 0; j < MT; ++j) acc[j] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = grp + b * rec;
+    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)blk));
+    __m256i w[8];
+    if (Kind == 2) {
+      for (int s = 0; s < 8; ++s) w[s] = load32(blk + qoff + 32 * s);
+    } else {
+      for (int s = 0; s < 4; ++s) {
+        const __m256i q = load32(blk + qoff + 32 * s);
+        w[s] = _mm256_and_si256(q, low4);
+        w[s + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
+      }
+    }
+    __m256 offset = _mm256_setzero_ps();                       // per-row multiplier of xs
+    if (Kind == 0) offset = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    if (Kind == 1) offset = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(blk + 16)));
+    for (int j = 0; j < MT; ++j) {
+      const int32_t* xq = (const int32_t*)(x.q + (m0 + j) * x.K + b * QK);
+      __m256i isum;
+      if (Kind == 2) {
+        isum = _mm256_setzero_si256();
+        for (int s = 0; s < 8; ++s) {
+          const __m256i xv = _mm256_set1_epi32(xq[s]);
+          const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[s], w[s]), _mm256_sign_epi8(xv, w[s]));
+          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
+        }
+      } else {
+        __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xq[0]));
+        for (int s = 1; s < 8; ++s) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xq[s])));
+        isum = _mm256_madd_epi16(s16, ones);
+      }
+      const int64_t xb = (m0 + j) * nxb + b;
+      acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.d[xb])), _mm256_cvtepi32_ps(isum), acc[j]);
+      if (Kind != 2) acc[j] = _mm256_fmadd_ps(offset, _mm256_set1_ps(x.s[xb]), acc[j]);
+    }
+  }
+}
+
+template <int Kind, int MT>
+inline void group_store(const __m256* acc, int64_t m0, float* y, int64_t ldy, int64_t n, int64_t valid) {
+  for (int j = 0; j < MT; ++j) {
+    float* out = y + (m0 + j) * ldy + n;
+    if (valid == 8) {
+      _mm256_storeu_ps(out, acc[j]);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, acc[j]);
+      for (int64_t r = 0; r < valid; ++r) out[r] = tmp[r];
+    }
+  }
+}
+
+template <int Kind>
+void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : 272;
+  const int64_t nb = group_bytes / rec;
+  __m256 acc[4];
+  for (int64_t n = n0; n < n1; n += 8) {
+    const uint8_t* grp = w + (n / 8) * group_bytes;
+    const int64_t valid = n1 - n < 8 ? n1 - n : 8;
+    int64_t m = 0;
+    for (; m + 4 <= x.M; m += 4) {
+      group_tile<Kind, 4>(grp, nb, x, m, acc);
+      group_store<Kind, 4>(acc, m, y, ldy, n, valid);
+    }
+    switch (x.M - m) {
+      case 3: group_tile<Kind, 3>(grp, nb, x, m, acc); group_store<Kind, 3>(acc, m, y, ldy, n, valid); break;
+      case 2: group_tile<Kind, 2>(grp, nb, x, m, acc); group_store<Kind, 2>(acc, m, y, ldy, n, valid); break;
+      case 1: group_tile<Kind, 1>(grp, nb, x, m, acc); group_store<Kind, 1>(acc, m, y, ldy, n, valid); break;
+      default: break;
+    }
+  }
+}
+
+void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1) {
+  const int64_t nb = K / QK;
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (int64_t m = m0; m < m1; ++m) {
+    for (int64_t b = 0; b < nb; ++b) {
+      const float* xb = x + m * K + b * QK;
+      __m256 v[4];
+      __m256 amax = _mm256_setzero_ps();
+      for (int i = 0; i < 4; ++i) {
+        v[i] = _mm256_loadu_ps(xb + 8 * i);
+        amax = _mm256_max_ps(amax, _mm256_andnot_ps(sign, v[i]));
+      }
+      __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(amax), _mm256_extractf128_ps(amax, 1));
+      m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+      m4 = _mm_max_ss(m4, _mm_movehdup_ps(m4));
+      const float mx = _mm_cvtss_f32(m4);
+      const float scale = mx / 127.0f, inv = mx > 0.0f ? 127.0f / mx : 0.0f;
+      const __m256 vinv = _mm256_set1_ps(inv);
+      __m256i iv[4];
+      __m256i sum = _mm256_setzero_si256();
+      for (int i = 0; i < 4; ++i) {
+        iv[i] = _mm256_cvtps_epi32(_mm256_round_ps(_mm256_mul_ps(v[i], vinv), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+        sum = _mm256_add_epi32(sum, iv[i]);
+      }
+      const __m256i p01 = _mm256_packs_epi32(iv[0], iv[1]), p23 = _mm256_packs_epi32(iv[2], iv[3]);
+      const __m256i bytes = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p01, p23), order);
+      _mm256_storeu_si256((__m256i*)(q + m * K + b * QK), bytes);
+      __m128i s4 = _mm_add_epi32(_mm256_castsi256_si128(sum), _mm256_extracti128_si256(sum, 1));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0x4E));
+      s4 = _mm_add_epi32(s4, _mm_shuffle_epi32(s4, 0xB1));
+      d[m * nb + b] = scale;
+      s[m * nb + b] = scale * (float)_mm_cvtsi128_si32(s4);
+    }
+  }
+}
+
+}  // namespace
+
+const KernelTable& avx2_kernels() {
+  static const KernelTable table = {
+      "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
+      rows_x8<0>, rows_x8<1>, rows_x8<2>,
+  };
+  return table;
+}
+
+}  // namespace haltwise_native
+#endif  // __x86_64__

@@ -1,0 +1,156 @@
+// Torch binding: y = x @ W.T for weights held as raw GGUF blocks, activations quantized to q8 per
+// block of 32 inputs. Threads: at::parallel_for over output rows (torch's intra-op pool and count).
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <string>
+#include <vector>
+
+#include "quant_kernels.h"
+
+namespace haltwise_native {
+namespace {
+
+bool cpu_has_avx2() {
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+const KernelTable& table_for(const std::string& isa) {
+  if (isa == "scalar") return scalar_kernels();
+#if defined(__x86_64__)
+  if (isa == "avx2" || isa == "auto") {
+    if (cpu_has_avx2()) return avx2_kernels();
+    TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c");
+  }
+#else
+  TORCH_CHECK(isa == "auto", "haltwise native: ISA ", isa, " is not built for this architecture");
+#endif
+  TORCH_CHECK(isa == "auto" || isa == "scalar" || isa == "avx2", "haltwise native: unknown ISA ", isa);
+  return scalar_kernels();
+}
+
+RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
+  RowsKernel k = nullptr, fallback = nullptr;
+  const KernelTable& s = scalar_kernels();
+  switch (qtype) {
+    case Q4_0: k = t.q4_0; fallback = s.q4_0; break;
+    case Q4_1: k = t.q4_1; fallback = s.q4_1; break;
+    case Q5_0: k = t.q5_0; fallback = s.q5_0; break;
+    case Q8_0: k = t.q8_0; fallback = s.q8_0; break;
+    case Q4_K: k = t.q4_k; fallback = s.q4_k; break;
+    case Q6_K: k = t.q6_k; fallback = s.q6_k; break;
+    case Q4_0X8: k = t.q4_0x8; fallback = s.q4_0x8; break;
+    case Q4_1X8: k = t.q4_1x8; fallback = s.q4_1x8; break;
+    case Q8_0X8: k = t.q8_0x8; fallback = s.q8_0x8; break;
+    default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
+  }
+  return k ? k : fallback;
+}
+
+// Inputs per weight block and bytes per block.
+std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
+  switch (qtype) {
+    case Q4_0: return {32, 18};
+    case Q4_1: return {32, 20};
+    case Q5_0: return {32, 22};
+    case Q8_0: return {32, 34};
+    case Q4_K: return {256, 144};
+    case Q6_K: return {256, 210};
+    case Q4_0X8: return {32, 144};    // per group of 8 rows
+    case Q4_1X8: return {32, 160};
+    case Q8_0X8: return {32, 272};
+    default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
+  }
+}
+
+bool interleaved(int64_t qtype) { return qtype > 1000; }
+
+int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
+
+}  // namespace
+
+// Row-stacked shards (e.g. q, k, v) of one fused weight: weights[i] is (N_i, row_bytes_i) uint8 of
+// qtypes[i] holding rows[i] output rows (a row-interleaved shard is (ceil(N_i / 8), group bytes));
+// x (M, K) float32 -> (M, sum N_i) float32. Output columns follow shard order.
+torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
+                   const std::vector<int64_t>& rows, const torch::Tensor& x, const std::string& isa) {
+  TORCH_CHECK(weights.size() == qtypes.size() && weights.size() == rows.size() && !weights.empty(),
+              "haltwise native: one qtype and row count per shard");
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "haltwise native: x must be (M, K) float32");
+  const torch::Tensor xc = x.contiguous();
+  const int64_t M = xc.size(0), K = xc.size(1);
+  TORCH_CHECK(K % QK == 0, "haltwise native: in_features must be a multiple of 32");
+  const KernelTable& table = table_for(isa);
+
+  struct Shard { const uint8_t* w; int64_t row_bytes, n0, n1; RowsKernel kernel; bool x8; };
+  std::vector<Shard> shards;
+  int64_t N = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const torch::Tensor& w = weights[i];
+    TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kUInt8 && w.is_contiguous(),
+                "haltwise native: weights must be contiguous (rows, bytes) uint8");
+    const auto [per_block, block_bytes] = block_shape(qtypes[i]);
+    TORCH_CHECK(K % per_block == 0 && w.size(1) == K / per_block * block_bytes,
+                "haltwise native: shard ", i, " has ", w.size(1), " bytes per row, expected ",
+                K / per_block * block_bytes, " for K=", K);
+    const int64_t stored = interleaved(qtypes[i]) ? w.size(0) * 8 : w.size(0);
+    TORCH_CHECK(rows[i] <= stored && rows[i] > stored - (interleaved(qtypes[i]) ? 8 : 1),
+                "haltwise native: shard ", i, " stores ", stored, " rows, not ", rows[i]);
+    shards.push_back({w.data_ptr<uint8_t>(), w.size(1), N, N + rows[i], rows_kernel(table, qtypes[i]),
+                      interleaved(qtypes[i])});
+    N += rows[i];
+  }
+  torch::Tensor y = torch::empty({M, N}, x.options());
+  if (M == 0 || N == 0) return y;
+
+  const int64_t nb = K / QK;
+  torch::Tensor q = torch::empty({M, K}, x.options().dtype(torch::kInt8));
+  torch::Tensor ds = torch::empty({2, M, nb}, x.options());
+  ActQ8 act{q.data_ptr<int8_t>(), ds.data_ptr<float>(), ds.data_ptr<float>() + M * nb, M, K};
+  const float* xp = xc.data_ptr<float>();
+  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+    table.quantize(xp, K, q.data_ptr<int8_t>(), ds.data_ptr<float>(), ds.data_ptr<float>() + M * nb, m0, m1);
+  });
+
+  float* yp = y.data_ptr<float>();
+  // Enough rows per task that a thread streams a few KiB of weights; the pool splits evenly.
+  // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
+  // ends the same way, so neighbouring tasks still partition the rows.
+  at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
+    for (const Shard& s : shards) {
+      int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
+      if (lo >= hi) continue;
+      if (s.x8) {
+        lo = round8(lo);
+        hi = std::min(round8(hi), s.n1 - s.n0);
+        if (lo >= hi) continue;
+      }
+      s.kernel(s.w, s.row_bytes, act, yp + s.n0, N, lo, hi);
+    }
+  });
+  return y;
+}
+
+std::string best_isa() { return cpu_has_avx2() ? "avx2" : "scalar"; }
+
+std::vector<std::string> isas() {
+  std::vector<std::string> out{"scalar"};
+  if (cpu_has_avx2()) out.push_back("avx2");
+  return out;
+}
+
+}  // namespace haltwise_native
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.doc() = "haltwise native GGUF-block linear kernels";
+  m.def("gemm", &haltwise_native::gemm, "y = x @ W.T on raw GGUF blocks (q8 activations)",
+        pybind11::arg("weights"), pybind11::arg("qtypes"), pybind11::arg("rows"), pybind11::arg("x"), pybind11::arg("isa") = "auto");
+  m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
+  m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
+}

@@ -1,0 +1,56 @@
+// Plain-C++ interface between the torch binding (ops.cpp) and the ISA-specific kernel files.
+//
+// Kernel files include nothing but this header and C intrinsics headers: a kernel file is compiled
+// with its own target ISA (e.g. AVX2), and any inline function it shared with other files could be
+// merged by the linker into code that runs on CPUs without that ISA.
+#pragma once
+#include <stdint.h>
+
+namespace haltwise_native {
+
+// GGUF block formats, numbered as ggml's GGMLQuantizationType.
+enum QType : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
+
+// Row-interleaved variants (codes 1000 + qtype): the same blocks, regrouped 8 output rows at a time
+// so one 32-bit lane of a 256-bit register holds one row (see repack.py). Per group of 8 rows and
+// block of 32 inputs, one record:
+//     Q4_0X8: d[8] f16 | qs[4][8][4]          (144 bytes)
+//     Q4_1X8: d[8] f16 | m[8] f16 | qs[4][8][4]  (160 bytes)
+//     Q8_0X8: d[8] f16 | qs[8][8][4]          (272 bytes)
+// qs[j][r][t] is byte 4j + t of row r's original block (Q4: low nibble = input 4j + t, high nibble =
+// input 16 + 4j + t; Q8_0: input 4j + t). The weight tensor is (groups, blocks * record); a kernel's
+// row range [n0, n1) starts on a multiple of 8 and may end mid-group (the rest of it is padding).
+enum QTypeX8 : int { Q4_0X8 = 1002, Q4_1X8 = 1003, Q8_0X8 = 1008 };
+
+constexpr int QK = 32;  // activation block: 32 inputs share one int8 scale (llama.cpp's q8 activations)
+
+// Activations quantized per block of 32 inputs: x[m, k] ~= d[m, k / 32] * q[m, k].
+struct ActQ8 {
+  const int8_t* q;   // (M, K)
+  const float* d;    // (M, K / 32) scale of each block
+  const float* s;    // (M, K / 32) d * sum(q) of each block (offset terms of Q4_1 / Q4_K / Q4_0 / Q5_0)
+  int64_t M, K;
+};
+
+// y[m * ldy + n] = sum_k W[n, k] * x[m, k] for rows n in [n0, n1) and every m.
+// w: the (N, row_bytes) raw block matrix. One call per thread's row range.
+using RowsKernel = void (*)(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy,
+                            int64_t n0, int64_t n1);
+
+// Quantize rows [m0, m1) of x (M, K) float32 (K % 32 == 0): q (M, K), d and s (M, K / 32) as in ActQ8.
+using QuantizeKernel = void (*)(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1);
+
+// The kernels of one ISA; a null entry means "not implemented for this ISA: use the scalar one".
+struct KernelTable {
+  const char* isa;
+  QuantizeKernel quantize;
+  RowsKernel q4_0, q4_1, q5_0, q8_0, q4_k, q6_k;
+  RowsKernel q4_0x8, q4_1x8, q8_0x8;
+};
+
+const KernelTable& scalar_kernels();
+#if defined(__x86_64__)
+const KernelTable& avx2_kernels();  // caller checks the CPU reports avx2, fma and f16c
+#endif
+
+}  // namespace haltwise_native

@@ -1,0 +1,136 @@
+"""The native GGUF-block kernels (csrc/) against gguf's own dequantization and a float matmul.
+
+Two bounds per case, for every ISA path this CPU can run (the portable path always; AVX2 where the
+CPU reports avx2+fma+f16c, skipped with that reason elsewhere):
+  * kernel logic: against x quantized to q8 exactly as the kernel does, then multiplied in float64,
+    the result agrees to 1e-5 of max|y| (only float summation order differs);
+  * the format's tolerance: against float32 x, within TOLERANCE of max|y| (the q8 activation error).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from haltwise.kernels.native import build
+from haltwise.kernels.native.gguf_format import SUPPORTED, TOLERANCE
+from haltwise.kernels.native.repack import X8, repack_x8
+from tests.kernels.native.blocks import BLOCK, quantize_q8, random_blocks
+
+native = build.load()
+pytestmark = pytest.mark.skipif(native is None, reason=f"native kernels unavailable: {build.failure()}")
+ISAS = ["scalar", "avx2"]
+
+
+def _isa_or_skip(isa: str) -> None:
+    if isa not in native.isas():
+        pytest.skip(f"this CPU cannot run the {isa} path (needs avx2, fma and f16c)")
+
+
+def _relative(y: np.ndarray, ref: np.ndarray) -> float:
+    return float(np.abs(y - ref).max() / max(np.abs(ref).max(), 1e-30))
+
+
+def _check(qtype: Q, rows: int, blocks: int, m: int, isa: str, seed: int) -> None:
+    rng = np.random.default_rng(seed)
+    cols = blocks * BLOCK[qtype][0]
+    data, w = random_blocks(qtype, rows, cols, rng)
+    x = rng.standard_normal((m, cols)).astype(np.float32)
+    y = native.gemm([torch.from_numpy(data)], [int(qtype)], [rows], torch.from_numpy(x), isa).numpy()
+    assert y.shape == (m, rows)
+    exact_ref = quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)
+    assert _relative(y, exact_ref) < 1e-5
+    assert _relative(y, x.astype(np.float64) @ w.T.astype(np.float64)) < TOLERANCE
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", SUPPORTED, ids=lambda q: q.name)
+@settings(max_examples=12, deadline=None)
+@given(rows=st.integers(1, 40), blocks=st.integers(1, 3), m=st.integers(1, 9), seed=st.integers(0, 2**31))
+def test_blocks_match_dequantized_matmul(qtype: Q, isa: str, rows: int, blocks: int, m: int, seed: int) -> None:
+    _isa_or_skip(isa)
+    _check(qtype, rows, blocks, m, isa, seed)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", [Q.Q4_1, Q.Q8_0, Q.Q4_0], ids=lambda q: q.name)
+def test_smollm2_shapes(qtype: Q, isa: str) -> None:
+    """SmolLM2's real widths (576 and 1536 inputs), decode and batched row counts."""
+    _isa_or_skip(isa)
+    for cols, m in ((576, 1), (1536, 5), (576, 32)):
+        _check(qtype, 96, cols // 32, m, isa, seed=cols + m)
+
+
+@pytest.mark.parametrize("isa", ISAS)
+def test_mixed_shards_fill_their_columns(isa: str) -> None:
+    """A fused weight whose shards differ in type (Q4_K_M files mix Q4_K and Q6_K) is one call."""
+    _isa_or_skip(isa)
+    rng = np.random.default_rng(7)
+    parts = [random_blocks(Q.Q4_K, 24, 512, rng), random_blocks(Q.Q6_K, 8, 512, rng), random_blocks(Q.Q8_0, 16, 512, rng)]
+    x = rng.standard_normal((3, 512)).astype(np.float32)
+    y = native.gemm([torch.from_numpy(d) for d, _ in parts], [int(Q.Q4_K), int(Q.Q6_K), int(Q.Q8_0)],
+                    [24, 8, 16], torch.from_numpy(x), isa).numpy()
+    w = np.concatenate([v for _, v in parts])
+    assert _relative(y, quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)) < 1e-5
+
+
+def test_isa_paths_agree() -> None:
+    """Where the CPU runs AVX2, it and the portable path compute the same integer sums."""
+    _isa_or_skip("avx2")
+    rng = np.random.default_rng(3)
+    for qtype in SUPPORTED:
+        data, _ = random_blocks(qtype, 33, 512, rng)
+        x = torch.from_numpy(rng.standard_normal((6, 512)).astype(np.float32))
+        a = native.gemm([torch.from_numpy(data)], [int(qtype)], [33], x, "avx2").numpy()
+        b = native.gemm([torch.from_numpy(data)], [int(qtype)], [33], x, "scalar").numpy()
+        assert _relative(a, b) < 1e-5, qtype.name
+
+
+def test_zero_rows_and_zero_activations() -> None:
+    rng = np.random.default_rng(1)
+    data, _ = random_blocks(Q.Q4_1, 8, 64, rng)
+    w = torch.from_numpy(data)
+    assert native.gemm([w], [int(Q.Q4_1)], [8], torch.zeros(0, 64)).shape == (0, 8)
+    assert torch.equal(native.gemm([w], [int(Q.Q4_1)], [8], torch.zeros(2, 64)), torch.zeros(2, 8))
+
+
+def test_bad_inputs_raise() -> None:
+    rng = np.random.default_rng(2)
+    data, _ = random_blocks(Q.Q4_1, 4, 64, rng)
+    w = torch.from_numpy(data)
+    with pytest.raises(RuntimeError, match="bytes per row"):
+        native.gemm([w], [int(Q.Q4_1)], [4], torch.zeros(1, 96))
+    with pytest.raises(RuntimeError, match="not supported"):
+        native.gemm([w], [99], [4], torch.zeros(1, 64))
+    with pytest.raises(RuntimeError, match="multiple of 32"):
+        native.gemm([w], [int(Q.Q4_1)], [4], torch.zeros(1, 40))
+    with pytest.raises(RuntimeError, match="stores 4 rows"):
+        native.gemm([w], [int(Q.Q4_1)], [5], torch.zeros(1, 64))
+
+
+@pytest.mark.parametrize("isa", ISAS)
+@pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
+@settings(max_examples=10, deadline=None)
+@given(shard_rows=st.lists(st.integers(1, 45), min_size=1, max_size=3), m=st.integers(1, 9),
+       threads=st.sampled_from([1, 2, 3]), seed=st.integers(0, 2**31))
+def test_interleaved_records_match(qtype: Q, isa: str, shard_rows: list[int], m: int, threads: int, seed: int) -> None:
+    """Row-interleaved (X8) records give the plain blocks' numbers for any row counts (padding never
+    written) and any thread split (tasks cut shards at multiples of 8)."""
+    _isa_or_skip(isa)
+    rng = np.random.default_rng(seed)
+    parts = [random_blocks(qtype, n, 96, rng) for n in shard_rows]
+    packed = [repack_x8(d, qtype) for d, _ in parts]
+    x = rng.standard_normal((m, 96)).astype(np.float32)
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        y = native.gemm([torch.from_numpy(p) for p, _ in packed], [c for _, c in packed], shard_rows,
+                        torch.from_numpy(x), isa).numpy()
+    finally:
+        torch.set_num_threads(before)
+    w = np.concatenate([v for _, v in parts])
+    assert y.shape == (m, sum(shard_rows))
+    assert _relative(y, quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)) < 1e-5
