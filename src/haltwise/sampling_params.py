@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from haltwise.structured.spec import StructuredOutputs, StructureError
+
 MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
 MAX_STOP_STRING_LEN = 256  # characters per stop string
 STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn")
@@ -53,6 +55,7 @@ class SamplingParams:
     timeout: float | None = None        # seconds from arrival; None = the engine default
     logprobs: int | None = None         # top logprobs per generated token
     truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
+    structured_outputs: StructuredOutputs | None = None  # grammar-constrained decoding (a dict is converted)
 
     def __post_init__(self) -> None:
         # Normalise list-like inputs so the dataclass stays hashable and immutable.
@@ -61,6 +64,13 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         object.__setattr__(self, "stop_presets", tuple(self.stop_presets or ()))
+        if isinstance(self.structured_outputs, dict):
+            try:
+                object.__setattr__(self, "structured_outputs", StructuredOutputs(**self.structured_outputs))
+            except StructureError as e:
+                raise ParamError(e.param, str(e)) from None
+            except TypeError as e:
+                raise ParamError("structured_outputs", str(e)) from None
         self._validate()
 
     def _validate(self) -> None:
@@ -103,6 +113,8 @@ class SamplingParams:
         need(self.truncate_prompt_tokens is None or (_is_int(self.truncate_prompt_tokens)
                                                      and self.truncate_prompt_tokens >= 1),
              "truncate_prompt_tokens", f"truncate_prompt_tokens must be an integer >= 1, got {self.truncate_prompt_tokens!r}")
+        need(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
+             "structured_outputs", "structured_outputs must be a StructuredOutputs (or a dict of its fields)")
 
     @property
     def greedy(self) -> bool:

@@ -14,6 +14,10 @@ Order of checks (SPEC §2), all in the same call as the token that triggers them
   2. limits: max_tokens, then the context window;
   3. the repetition detector.
 A content stop on the token that also reaches a limit wins: the text is complete.
+Under a grammar (`structure_complete` passed to on_token): the token that completes the structure
+ends the sequence with reason grammar, even below min_tokens; a stop string in the same token's
+text still wins (it cuts earlier); an end token that closes the structure counts as the grammar's
+end, not eos. The `json` preset is off under a grammar (the grammar ends JSON exactly).
 """
 from __future__ import annotations
 
@@ -52,7 +56,9 @@ class SequenceStopper:
             if s in special_token_texts:
                 self._special[special_token_texts[s]] = (s, None)
         self._watchers: list[TextStop] = [StopStringMatcher(params.stop)] if params.stop else []
-        self._watchers += [make_preset(name, markers) for name in dict.fromkeys(params.stop_presets)]
+        presets = [p for p in dict.fromkeys(params.stop_presets)
+                   if not (p == "json" and params.structured_outputs is not None)]
+        self._watchers += [make_preset(name, markers) for name in presets]
         rd = params.repetition_detection
         self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens) if rd.enabled else None
 
@@ -67,8 +73,11 @@ class SequenceStopper:
         self._final: str | None = None
 
     # ---- per token -------------------------------------------------------------------------
-    def on_token(self, token_id: int, delta_text: str) -> Termination | None:
-        """Take one appended output token and its new text; return a Termination if it ends here."""
+    def on_token(self, token_id: int, delta_text: str, structure_complete: str | None = None) -> Termination | None:
+        """Take one appended output token and its new text; return a Termination if it ends here.
+
+        structure_complete: the constraint's name when this token completed the request's grammar.
+        """
         if self._term is not None:
             raise RuntimeError("on_token after the sequence terminated")
         index = self._num_tokens
@@ -76,11 +85,16 @@ class SequenceStopper:
         n = self._num_tokens
         period = self._loops.append(token_id) if self._loops is not None else None
         active = criteria.content_checks_active(n, self._params.min_tokens)
-        term = self._token_stop(token_id, index, delta_text) if active else None
-        if term is None:
-            matches = self._take_text(delta_text)
-            if active and matches:
-                term = self._text_stop(matches, index)
+        if structure_complete is not None and token_id in self._eos:
+            term = self._grammar_stop(structure_complete, index, f"end token {token_id}")
+        else:
+            term = self._token_stop(token_id, index, delta_text) if active else None
+            if term is None:
+                matches = self._take_text(delta_text)
+                if active and matches:
+                    term = self._text_stop(matches, index)
+            if term is None and structure_complete is not None:
+                term = self._grammar_stop(structure_complete, index, f"token {index}")
         if term is None:
             term = self._limit_or_loop(n, period)
         if term is not None:
@@ -125,6 +139,9 @@ class SequenceStopper:
                                       index, cut, best.stop)
         return self._content_stop(Reason.STOP_STRING, f"stop preset {best.preset} at char {best.start}",
                                   index, cut, best.preset)
+
+    def _grammar_stop(self, constraint: str, index: int, where: str) -> Termination:
+        return self._content_stop(Reason.GRAMMAR, f"{constraint} complete at {where}", index, self._fed, None)
 
     def _content_stop(self, reason: Reason, detail: str, index: int, cut: int,
                       stop_reason: str | int | None) -> Termination:
