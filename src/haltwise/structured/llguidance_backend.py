@@ -40,8 +40,11 @@ class LLGuidanceMatcher:
         return self._m.get_error() if self._m.is_error() else ""
 
     def fill_row(self, row: torch.Tensor) -> None:
-        """row: (W,) int32, contiguous."""
+        """row: (W,) int32, contiguous. A matcher that cannot continue gets an all-zero row (no legal token);
+        llguidance itself would allow only the end token then, which would pass an unfinished structure as done."""
         self._m.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
+        if self._m.is_error():
+            row.zero_()
 
 
 @dataclass(frozen=True)
@@ -91,7 +94,7 @@ class LLGuidanceBackend:
         if prototype.is_error():
             raise StructureError(spec.param, f"invalid {spec.kind}: {prototype.get_error()}")
         first = torch.zeros(1, (self._vocab_size + 31) // 32, dtype=torch.int32)
-        LLGuidanceMatcher(spec, prototype).fill_row(first[0])
+        LLGuidanceMatcher(spec, prototype.deep_copy()).fill_row(first[0])
         if not bool(first.any()):
             raise StructureError(spec.param, f"the {spec.kind} matches no text at all (unsatisfiable)")
         compiled = LLGuidanceGrammar(spec, prototype)
