@@ -20,16 +20,26 @@ class ParamError(ValueError):
 
 @dataclass(frozen=True)
 class RepetitionDetection:
-    """Loop detector: stop when the tail repeats a pattern of 1..max_period tokens min_repeats times."""
+    """Loop detectors: the exact one stops when the tail repeats a pattern of 1..max_period tokens
+    min_repeats times; the near-loop one (stopping/near_loops.py) when, over the last near_loop_window
+    tokens, at most near_loop_max_novelty of the near_loop_ngram-grams are new. `enabled` switches both."""
 
     enabled: bool = True
     max_period: int = 64   # longest repeating pattern looked for, in tokens
     min_repeats: int = 4   # consecutive copies of the pattern that count as a loop
     min_tokens: int = 16   # a loop must cover at least this many tokens (avoids "!!!!" style false hits)
+    near_loops: bool = True            # the near-loop detector (repeats that grow or drift)
+    near_loop_ngram: int = 4           # n-gram length compared
+    near_loop_window: int = 96         # tokens looked back over; no verdict before this many
+    near_loop_max_novelty: float = 0.25  # fires when at most this share of the window's n-grams is new
 
     def __post_init__(self) -> None:
         if self.max_period < 1 or self.min_repeats < 2 or self.min_tokens < 1:
             raise ParamError("repetition_detection", "max_period >= 1, min_repeats >= 2, min_tokens >= 1 required")
+        if not (1 <= self.near_loop_ngram <= 32 and 2 <= self.near_loop_window <= 4096
+                and 0.0 <= self.near_loop_max_novelty < 1.0):
+            raise ParamError("repetition_detection", "near_loop_ngram in [1, 32], near_loop_window in [2, 4096] and "
+                             "near_loop_max_novelty in [0, 1) required")
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ from typing import Mapping, Sequence
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping import criteria
 from haltwise.stopping.loops import RepetitionDetector
+from haltwise.stopping.near_loops import NearLoopDetector
 from haltwise.stopping.presets import DEFAULT_TURN_MARKERS, make_preset
 from haltwise.stopping.stop_strings import Match, StopStringMatcher, TextStop
 from haltwise.stopping.termination import Reason, Termination
@@ -61,6 +62,8 @@ class SequenceStopper:
         self._watchers += [make_preset(name, markers) for name in presets]
         rd = params.repetition_detection
         self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens) if rd.enabled else None
+        self._near = (NearLoopDetector(rd.near_loop_ngram, rd.near_loop_window, rd.near_loop_max_novelty)
+                      if rd.enabled and rd.near_loops else None)
 
         self._num_tokens = 0            # output tokens seen by on_token
         self._fed = 0                   # characters of output text taken in
@@ -84,6 +87,7 @@ class SequenceStopper:
         self._num_tokens += 1
         n = self._num_tokens
         period = self._loops.append(token_id) if self._loops is not None else None
+        near = self._near.append(token_id) if self._near is not None else False
         active = criteria.content_checks_active(n, self._params.min_tokens)
         if structure_complete is not None and token_id in self._eos:
             term = self._grammar_stop(structure_complete, index, f"end token {token_id}")
@@ -96,7 +100,7 @@ class SequenceStopper:
             if term is None and structure_complete is not None:
                 term = self._grammar_stop(structure_complete, index, f"token {index}")
         if term is None:
-            term = self._limit_or_loop(n, period)
+            term = self._limit_or_loop(n, period, near)
         if term is not None:
             self._term = term
         return term
@@ -148,7 +152,7 @@ class SequenceStopper:
         self._cut, self._kept = cut, index + 1
         return Termination(reason, detail, token_index=index, char_offset=cut, stop_reason=stop_reason)
 
-    def _limit_or_loop(self, n: int, period: int | None) -> Termination | None:
+    def _limit_or_loop(self, n: int, period: int | None, near: bool = False) -> Termination | None:
         p = self._params
         if criteria.check_max_tokens(n, p.max_tokens):
             return Termination(Reason.MAX_TOKENS, f"max_tokens {p.max_tokens} reached",
@@ -160,6 +164,12 @@ class SequenceStopper:
         if criteria.check_repetition(period):
             assert period is not None and self._loops is not None
             return Termination(Reason.REPETITION, f"period {period} repeated {self._loops.repeats(period)} times",
+                               token_index=n - 1, char_offset=self._fed)
+        if near:
+            assert self._near is not None
+            tail = "".join(self._released_parts + self._unreleased)[-48:]
+            return Termination(Reason.REPETITION, f"near-loop detector: only {self._near.novelty:.0%} of the last "
+                               f"{self._near.window} {self._near.ngram}-grams are new; the text ends {json.dumps(tail)}",
                                token_index=n - 1, char_offset=self._fed)
         return None
 
