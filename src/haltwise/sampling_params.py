@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from haltwise.structured.spec import StructuredOutputs, StructureError
+
 MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
 MAX_STOP_STRING_LEN = 256  # characters per stop string
 STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn")
@@ -18,16 +20,26 @@ class ParamError(ValueError):
 
 @dataclass(frozen=True)
 class RepetitionDetection:
-    """Loop detector: stop when the tail repeats a pattern of 1..max_period tokens min_repeats times."""
+    """Loop detectors: the exact one stops when the tail repeats a pattern of 1..max_period tokens
+    min_repeats times; the near-loop one (stopping/near_loops.py) when, over the last near_loop_window
+    tokens, at most near_loop_max_novelty of the near_loop_ngram-grams are new. `enabled` switches both."""
 
     enabled: bool = True
     max_period: int = 64   # longest repeating pattern looked for, in tokens
     min_repeats: int = 4   # consecutive copies of the pattern that count as a loop
     min_tokens: int = 16   # a loop must cover at least this many tokens (avoids "!!!!" style false hits)
+    near_loops: bool = True            # the near-loop detector (repeats that grow or drift)
+    near_loop_ngram: int = 4           # n-gram length compared
+    near_loop_window: int = 96         # tokens looked back over; no verdict before this many
+    near_loop_max_novelty: float = 0.25  # fires when at most this share of the window's n-grams is new
 
     def __post_init__(self) -> None:
         if self.max_period < 1 or self.min_repeats < 2 or self.min_tokens < 1:
             raise ParamError("repetition_detection", "max_period >= 1, min_repeats >= 2, min_tokens >= 1 required")
+        if not (1 <= self.near_loop_ngram <= 32 and 2 <= self.near_loop_window <= 4096
+                and 0.0 <= self.near_loop_max_novelty < 1.0):
+            raise ParamError("repetition_detection", "near_loop_ngram in [1, 32], near_loop_window in [2, 4096] and "
+                             "near_loop_max_novelty in [0, 1) required")
 
 
 @dataclass(frozen=True)
@@ -53,6 +65,7 @@ class SamplingParams:
     timeout: float | None = None        # seconds from arrival; None = the engine default
     logprobs: int | None = None         # top logprobs per generated token
     truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
+    structured_outputs: StructuredOutputs | None = None  # grammar-constrained decoding (a dict is converted)
 
     def __post_init__(self) -> None:
         # Normalise list-like inputs so the dataclass stays hashable and immutable.
@@ -61,6 +74,13 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         object.__setattr__(self, "stop_presets", tuple(self.stop_presets or ()))
+        if isinstance(self.structured_outputs, dict):
+            try:
+                object.__setattr__(self, "structured_outputs", StructuredOutputs(**self.structured_outputs))
+            except StructureError as e:
+                raise ParamError(e.param, str(e)) from None
+            except TypeError as e:
+                raise ParamError("structured_outputs", str(e)) from None
         self._validate()
 
     def _validate(self) -> None:
@@ -103,6 +123,8 @@ class SamplingParams:
         need(self.truncate_prompt_tokens is None or (_is_int(self.truncate_prompt_tokens)
                                                      and self.truncate_prompt_tokens >= 1),
              "truncate_prompt_tokens", f"truncate_prompt_tokens must be an integer >= 1, got {self.truncate_prompt_tokens!r}")
+        need(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
+             "structured_outputs", "structured_outputs must be a StructuredOutputs (or a dict of its fields)")
 
     @property
     def greedy(self) -> bool:

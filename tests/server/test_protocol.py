@@ -81,7 +81,7 @@ def test_completion_param_errors(body: dict, param: str) -> None:
 
 @pytest.mark.parametrize("extra, param", [
     ({"tools": [{"type": "function"}]}, "tools"),
-    ({"response_format": {"type": "json_object"}}, "response_format"),
+    ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"top_logprobs": 2}, "top_logprobs"),
 ])
 def test_chat_param_errors(extra: dict, param: str) -> None:

@@ -48,6 +48,7 @@ class AsyncEngine:
         self.model_config = engine.model_config
         self.engine_config = engine.config
         self.max_model_len = engine.max_model_len
+        self.compile_structure = engine.compile_structure   # thread-safe: request handlers validate grammars
         self.watchdog_s = watchdog_s           # a step running longer than this is declared hung
         self.breaker = breaker or CircuitBreaker()
         self._inbox: queue.SimpleQueue[_Submission] = queue.SimpleQueue()

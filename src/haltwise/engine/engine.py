@@ -24,6 +24,9 @@ from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.termination import Reason, Termination
+from haltwise.structured.bitmask import GrammarMask, bitmask_width
+from haltwise.structured.llguidance_backend import LLGuidanceBackend
+from haltwise.structured.spec import StructureError
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
 from haltwise.tokenizer.tokenizer import Tokenizer
 
@@ -66,6 +69,11 @@ class LLMEngine:
         self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype),
                                              engine_config.block_size))
         self.sampler = Sampler()
+        # Grammars: compiled (and validated) per request, one matcher per sequence, masks filled into
+        # one preallocated (max_num_seqs, ceil(V/32)) int32 buffer each step.
+        self.structured = LLGuidanceBackend(tokenizer, model_config.vocab_size, self.eos_token_ids)
+        self._grammar_bits = torch.zeros(engine_config.max_num_seqs, bitmask_width(model_config.vocab_size),
+                                         dtype=torch.int32)
         self.requests: dict[str, RequestState] = {}
         self._seq_ids = itertools.count()
         self._aborts: dict[str, Termination] = {}
@@ -112,7 +120,11 @@ class LLMEngine:
         prompt, truncated = self.prepare_prompt(prompt_token_ids, params)
         arrival = arrival_time if arrival_time is not None else time.monotonic()
         timeout = params.timeout if params.timeout is not None else self.default_timeout
+        grammar = self.compile_structure(params)
         states = [self._new_seq_state(request_id, prompt, params, i, arrival, timeout) for i in range(params.n)]
+        if grammar is not None:
+            for state in states:
+                state.matcher = grammar.new_matcher()
         added: list[Sequence] = []
         try:
             for state in states:
@@ -126,6 +138,15 @@ class LLMEngine:
                 raise RequestTooLarge(str(e), param="max_tokens") from None
             raise Overloaded(str(e), retry_after=retry if retry is not None else 1.0) from None
         self.requests[request_id] = RequestState(request_id, prompt, states, truncated)
+
+    def compile_structure(self, params: SamplingParams):
+        """The compiled grammar of params.structured_outputs (cached), or None; raises InvalidRequest (400)."""
+        if params.structured_outputs is None:
+            return None
+        try:
+            return self.structured.compile(params.structured_outputs)
+        except StructureError as e:
+            raise InvalidRequest(str(e), param=e.param) from None
 
     def _new_seq_state(self, request_id: str, prompt: list[int], params: SamplingParams, index: int,
                        arrival: float, timeout: float | None) -> SeqOutputState:
@@ -167,7 +188,8 @@ class LLMEngine:
         sampled = [states[sch.seq.seq_id] for sch in out.scheduled if sch.samples]
         try:
             logits = self.runner.execute(rows)
-            result = self.sampler(logits, [s.sampling_row() for s in sampled]) if sampled else None
+            grammar = self._grammar_mask(sampled)
+            result = self.sampler(logits, [s.sampling_row() for s in sampled], grammar) if sampled else None
         except Exception as e:  # a failed step ends exactly the sequences in it (SPEC §2, system layer)
             log.exception("engine step failed")
             self.last_step_error = e
@@ -179,10 +201,25 @@ class LLMEngine:
             if not result.finite[i]:
                 self._finish(state, Termination(Reason.ERROR, "model produced NaN/Inf logits"))
                 continue
+            if result.no_legal_token is not None and result.no_legal_token[i]:
+                self._finish(state, Termination(Reason.ERROR, f"{state.matcher.spec.describe()}: the grammar allows "
+                                                "no token here (nothing can continue the structure)"))
+                continue
             termination = state.on_token(result.token_ids[i], result.logprobs[i])
             self.requests[state.seq.request_id].dirty = True
             if termination is not None:
                 self._finish(state, termination)
+
+    def _grammar_mask(self, sampled: list[SeqOutputState]) -> GrammarMask | None:
+        """Bitmasks for the constrained rows of this step, filled into the preallocated buffer."""
+        rows = [i for i, s in enumerate(sampled) if s.matcher is not None]
+        if not rows:
+            return None
+        if len(rows) > self._grammar_bits.shape[0]:
+            self._grammar_bits = torch.zeros(len(rows), self._grammar_bits.shape[1], dtype=torch.int32)
+        bits = self._grammar_bits[:len(rows)]
+        self.structured.fill_bitmask([sampled[i].matcher for i in rows], bits)
+        return GrammarMask(rows, bits)
 
     def _apply_aborts_and_deadlines(self) -> None:
         with self._lock:

@@ -9,6 +9,7 @@ from haltwise.engine.sampler import SamplingRow
 from haltwise.engine.sequence import Sequence
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from haltwise.stopping.sequence_stopper import SequenceStopper
+from haltwise.structured.backend import Matcher
 from haltwise.stopping.termination import Layer, Reason, Termination
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
 
@@ -27,6 +28,7 @@ class SeqOutputState:
     generator: torch.Generator | None
     output: CompletionOutput
     logprobs: list[TokenLogprob] | None = None
+    matcher: Matcher | None = None       # the grammar position, when the request asks for a structure
 
     def sampling_row(self) -> SamplingRow:
         return SamplingRow(self.seq.params, self.seq.prompt_token_ids, self.seq.output_token_ids,
@@ -38,7 +40,15 @@ class SeqOutputState:
         self.output.delta_token_ids.append(token_id)
         if self.logprobs is not None and logprob is not None:
             self.logprobs.append(logprob)
-        termination = self.stopper.on_token(token_id, self.detokenizer.step([token_id]))
+        complete, rejected = None, ""
+        if self.matcher is not None:  # advanced with every appended token (preemption keeps tokens: no rollback)
+            if not self.matcher.consume(token_id):
+                rejected = self.matcher.error or "token not allowed"
+            elif self.matcher.is_complete:
+                complete = self.matcher.spec.describe()
+        termination = self.stopper.on_token(token_id, self.detokenizer.step([token_id]), complete)
+        if termination is None and rejected:
+            return Termination(Reason.ERROR, f"grammar rejected token {token_id}: {rejected}")
         if termination is None:
             self._release(self.stopper.release())
         return termination

@@ -1,4 +1,10 @@
-"""Batched sampling with per-row parameters: penalties, masks, temperature, top-k/p, min-p, seeds."""
+"""Batched sampling with per-row parameters: penalties, masks, temperature, top-k/p, min-p, seeds.
+
+Logit edits run in a fixed order: penalties, then the grammar bitmask, then the min_tokens ban (eos
+and stop ids). The grammar wins: where the ban would leave a constrained row no legal token, the ban
+is lifted for that row, so a structure that can only end, ends. A constrained row with no legal token
+at all is reported in `no_legal_token` and never sampled from.
+"""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,6 +13,7 @@ import torch
 
 from haltwise.outputs import TokenLogprob
 from haltwise.sampling_params import SamplingParams
+from haltwise.structured.bitmask import GrammarMask, apply_bitmask
 
 
 @dataclass
@@ -25,11 +32,13 @@ class SamplerOutput:
     token_ids: list[int]
     finite: list[bool]                     # False: the row's logits had NaN/Inf; its token must not be used
     logprobs: list[TokenLogprob | None]
+    no_legal_token: list[bool] | None = None   # True: the grammar allows nothing in this row; its token is unused
 
 
 class Sampler:
-    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow]) -> SamplerOutput:
-        """logits: (B, V) float32, one row per entry of rows."""
+    def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
+                 grammar: GrammarMask | None = None) -> SamplerOutput:
+        """logits: (B, V) float32, one row per entry of rows; grammar: bitmasks for the constrained rows."""
         # A row sum is NaN/Inf iff the row holds a NaN or an Inf (logits are far too small to overflow
         # a float32 sum of 50k values): one reduction instead of an elementwise test over (B, V).
         finite = torch.isfinite(logits.sum(dim=-1))                      # (B,)
@@ -37,12 +46,19 @@ class Sampler:
             logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
         raw = logits
         edits = [i for i, r in enumerate(rows) if r.masked_token_ids or _has_penalties(r.params)]
-        if edits:
+        no_legal: list[bool] | None = None
+        if edits or grammar is not None:
             logits = logits.clone()
             for i in edits:
                 _apply_penalties(logits[i], rows[i])
+            constrained = set(grammar.rows) if grammar is not None else set()
+            if grammar is not None:
+                apply_bitmask(logits, grammar)
+            for i in edits:
                 if rows[i].masked_token_ids:
-                    logits[i, list(rows[i].masked_token_ids)] = float("-inf")
+                    _ban(logits[i], rows[i].masked_token_ids, lift_if_empty=i in constrained)
+            if grammar is not None:
+                no_legal = _dead_rows(logits, grammar.rows)
         token_ids = torch.empty(len(rows), dtype=torch.long)
         greedy = [i for i, r in enumerate(rows) if r.params.greedy]
         # max(dim) returns the first maximal index, as argmax does, ~2.5x faster on CPU for (32, 49152).
@@ -58,7 +74,27 @@ class Sampler:
                 noise = torch.empty_like(probs[j]).exponential_(generator=rows[i].generator)
                 token_ids[i] = (probs[j] / noise).argmax()
         ids = token_ids.tolist()
-        return SamplerOutput(ids, finite.tolist(), _logprobs(raw, ids, rows))
+        return SamplerOutput(ids, finite.tolist(), _logprobs(raw, ids, rows), no_legal)
+
+
+def _ban(row: torch.Tensor, token_ids: frozenset[int], lift_if_empty: bool) -> None:
+    """In place on one (V,) row: token_ids -> -inf; undone when lift_if_empty and nothing else is legal."""
+    index = torch.tensor(sorted(token_ids), dtype=torch.long)
+    saved = row[index].clone() if lift_if_empty else None
+    row[index] = float("-inf")
+    if saved is not None and not bool(torch.isfinite(row.max())):
+        row[index] = saved
+
+
+def _dead_rows(logits: torch.Tensor, constrained: list[int]) -> list[bool]:
+    """Flags constrained rows that allow no token; their logits are zeroed so sampling stays defined."""
+    dead = [False] * logits.shape[0]
+    best = logits[constrained].max(dim=-1).values                      # (K,)
+    for row, ok in zip(constrained, torch.isfinite(best).tolist()):
+        if not ok:
+            dead[row] = True
+            logits[row] = 0.0
+    return dead
 
 
 def _has_penalties(p: SamplingParams) -> bool:

@@ -10,6 +10,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
 
 from haltwise.errors import HaltwiseError, ModelNotFound, Overloaded
@@ -100,6 +101,7 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
                  for i, t in enumerate(prompt_texts)]
     run = EngineRun(st.engine, request, rid, prompts, params, recorders)
     handed_off = False
+    await _check_structure(st, params)
     try:
         await run.start()
         if stream:
@@ -114,6 +116,13 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
     finally:
         if not handed_off:
             await run.close()
+
+
+async def _check_structure(st: ServerState, params: SamplingParams) -> None:
+    """Compile and validate the request's grammar here, at the edge (cached): a bad one is a 400 with param."""
+    compile_structure = getattr(st.engine, "compile_structure", None)
+    if params.structured_outputs is not None and compile_structure is not None:
+        await run_in_threadpool(compile_structure, params)
 
 
 def _echo_texts(prompts: list[str | list[int]], run_outs: list[RequestOutput], tokenizer: Any) -> list[str]:

@@ -7,8 +7,11 @@ Per OpenAI field, one of three decisions (README lists them too):
 - accepted and ignored: `user`, `store`, `metadata`, `service_tier` -- bookkeeping for OpenAI's platform
   that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
 - rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n, `tools`,
-  `tool_choice`, `functions`, `function_call`, `parallel_tool_calls`, `response_format` other than text,
+  `tool_choice`, `functions`, `function_call`, `parallel_tool_calls`,
   `audio`, `modalities`, `prediction`, `reasoning_effort`, `echo` with `logprobs` (no prompt logprobs).
+Structured outputs (both routes): `response_format` {type: text | json_object | json_schema}, vLLM's
+`structured_outputs` and the legacy `guided_json / guided_regex / guided_choice / guided_grammar`
+(+ `guided_whitespace_pattern`); at most one of the three ways per request (see structured_outputs.py).
 Unknown fields are rejected (extra="forbid") with a 400 naming the field; types are strict
 (no "5" for 5, no 1 for true) and NaN/Infinity are refused.
 """
@@ -19,6 +22,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams
+from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 MAX_N = 128                     # sanity bound on choices per request; admission judges memory
@@ -41,6 +45,10 @@ class RepetitionDetectionSpec(_Strict):
     max_period: int = Field(64, ge=1, le=4096)
     min_repeats: int = Field(4, ge=2, le=4096)
     min_tokens: int = Field(16, ge=1)
+    near_loops: bool = True
+    near_loop_ngram: int = Field(4, ge=1, le=32)
+    near_loop_window: int = Field(96, ge=2, le=4096)
+    near_loop_max_novelty: float = Field(0.25, ge=0.0, lt=1.0)
 
 
 class _GenerationRequest(_Strict):
@@ -77,6 +85,14 @@ class _GenerationRequest(_Strict):
     truncate_prompt_tokens: int | None = Field(None, ge=1)
     stop_presets: list[Literal["json", "line", "paragraph", "code_block", "turn"]] | None = None
     repetition_detection: RepetitionDetectionSpec | None = None
+    # structured outputs (see structured_outputs.py)
+    response_format: ResponseFormat | None = None
+    structured_outputs: StructuredOutputsSpec | None = None
+    guided_json: dict[str, Any] | str | None = None
+    guided_regex: str | None = None
+    guided_choice: list[str] | None = None
+    guided_grammar: str | None = None
+    guided_whitespace_pattern: str | None = None
 
     def _reject_unsupported(self) -> None:
         if self.logit_bias:
@@ -97,6 +113,7 @@ class _GenerationRequest(_Strict):
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
             skip_special_tokens=self.skip_special_tokens, repetition_detection=detection,
             timeout=self.timeout, logprobs=logprobs, truncate_prompt_tokens=self.truncate_prompt_tokens,
+            structured_outputs=structure_of(self),
         )
 
     @property
@@ -152,11 +169,6 @@ class ChatMessage(_Strict):
         return self.content or ""
 
 
-class ResponseFormat(_Strict):
-    type: Literal["text", "json_object", "json_schema"]
-    json_schema: dict[str, Any] | None = None
-
-
 class ChatCompletionRequest(_GenerationRequest):
     """POST /v1/chat/completions. Messages go through the model's chat template."""
 
@@ -170,7 +182,6 @@ class ChatCompletionRequest(_GenerationRequest):
     functions: list[dict[str, Any]] | None = None
     function_call: str | dict[str, Any] | None = None
     parallel_tool_calls: bool | None = None
-    response_format: ResponseFormat | None = None
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
     prediction: dict[str, Any] | None = None
@@ -181,8 +192,6 @@ class ChatCompletionRequest(_GenerationRequest):
                      "audio", "modalities", "prediction", "reasoning_effort"):
             if getattr(self, name) is not None:
                 raise ParamError(name, f"{name} is not supported by haltwise")
-        if self.response_format is not None and self.response_format.type != "text":
-            raise ParamError("response_format", "only response_format type 'text' is supported")
         if self.top_logprobs is not None and not self.logprobs:
             raise ParamError("top_logprobs", "top_logprobs requires logprobs to be true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None

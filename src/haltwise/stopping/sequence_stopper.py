@@ -14,6 +14,10 @@ Order of checks (SPEC §2), all in the same call as the token that triggers them
   2. limits: max_tokens, then the context window;
   3. the repetition detector.
 A content stop on the token that also reaches a limit wins: the text is complete.
+Under a grammar (`structure_complete` passed to on_token): the token that completes the structure
+ends the sequence with reason grammar, even below min_tokens; a stop string in the same token's
+text still wins (it cuts earlier); an end token that closes the structure counts as the grammar's
+end, not eos. The `json` preset is off under a grammar (the grammar ends JSON exactly).
 """
 from __future__ import annotations
 
@@ -23,6 +27,7 @@ from typing import Mapping, Sequence
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping import criteria
 from haltwise.stopping.loops import RepetitionDetector
+from haltwise.stopping.near_loops import NearLoopDetector
 from haltwise.stopping.presets import DEFAULT_TURN_MARKERS, make_preset
 from haltwise.stopping.stop_strings import Match, StopStringMatcher, TextStop
 from haltwise.stopping.termination import Reason, Termination
@@ -52,9 +57,13 @@ class SequenceStopper:
             if s in special_token_texts:
                 self._special[special_token_texts[s]] = (s, None)
         self._watchers: list[TextStop] = [StopStringMatcher(params.stop)] if params.stop else []
-        self._watchers += [make_preset(name, markers) for name in dict.fromkeys(params.stop_presets)]
+        presets = [p for p in dict.fromkeys(params.stop_presets)
+                   if not (p == "json" and params.structured_outputs is not None)]
+        self._watchers += [make_preset(name, markers) for name in presets]
         rd = params.repetition_detection
         self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens) if rd.enabled else None
+        self._near = (NearLoopDetector(rd.near_loop_ngram, rd.near_loop_window, rd.near_loop_max_novelty)
+                      if rd.enabled and rd.near_loops else None)
 
         self._num_tokens = 0            # output tokens seen by on_token
         self._fed = 0                   # characters of output text taken in
@@ -67,22 +76,31 @@ class SequenceStopper:
         self._final: str | None = None
 
     # ---- per token -------------------------------------------------------------------------
-    def on_token(self, token_id: int, delta_text: str) -> Termination | None:
-        """Take one appended output token and its new text; return a Termination if it ends here."""
+    def on_token(self, token_id: int, delta_text: str, structure_complete: str | None = None) -> Termination | None:
+        """Take one appended output token and its new text; return a Termination if it ends here.
+
+        structure_complete: the constraint's name when this token completed the request's grammar.
+        """
         if self._term is not None:
             raise RuntimeError("on_token after the sequence terminated")
         index = self._num_tokens
         self._num_tokens += 1
         n = self._num_tokens
         period = self._loops.append(token_id) if self._loops is not None else None
+        near = self._near.append(token_id) if self._near is not None else False
         active = criteria.content_checks_active(n, self._params.min_tokens)
-        term = self._token_stop(token_id, index, delta_text) if active else None
+        if structure_complete is not None and token_id in self._eos:
+            term = self._grammar_stop(structure_complete, index, f"end token {token_id}")
+        else:
+            term = self._token_stop(token_id, index, delta_text) if active else None
+            if term is None:
+                matches = self._take_text(delta_text)
+                if active and matches:
+                    term = self._text_stop(matches, index)
+            if term is None and structure_complete is not None:
+                term = self._grammar_stop(structure_complete, index, f"token {index}")
         if term is None:
-            matches = self._take_text(delta_text)
-            if active and matches:
-                term = self._text_stop(matches, index)
-        if term is None:
-            term = self._limit_or_loop(n, period)
+            term = self._limit_or_loop(n, period, near)
         if term is not None:
             self._term = term
         return term
@@ -126,12 +144,15 @@ class SequenceStopper:
         return self._content_stop(Reason.STOP_STRING, f"stop preset {best.preset} at char {best.start}",
                                   index, cut, best.preset)
 
+    def _grammar_stop(self, constraint: str, index: int, where: str) -> Termination:
+        return self._content_stop(Reason.GRAMMAR, f"{constraint} complete at {where}", index, self._fed, None)
+
     def _content_stop(self, reason: Reason, detail: str, index: int, cut: int,
                       stop_reason: str | int | None) -> Termination:
         self._cut, self._kept = cut, index + 1
         return Termination(reason, detail, token_index=index, char_offset=cut, stop_reason=stop_reason)
 
-    def _limit_or_loop(self, n: int, period: int | None) -> Termination | None:
+    def _limit_or_loop(self, n: int, period: int | None, near: bool = False) -> Termination | None:
         p = self._params
         if criteria.check_max_tokens(n, p.max_tokens):
             return Termination(Reason.MAX_TOKENS, f"max_tokens {p.max_tokens} reached",
@@ -143,6 +164,12 @@ class SequenceStopper:
         if criteria.check_repetition(period):
             assert period is not None and self._loops is not None
             return Termination(Reason.REPETITION, f"period {period} repeated {self._loops.repeats(period)} times",
+                               token_index=n - 1, char_offset=self._fed)
+        if near:
+            assert self._near is not None
+            tail = "".join(self._released_parts + self._unreleased)[-48:]
+            return Termination(Reason.REPETITION, f"near-loop detector: only {self._near.novelty:.0%} of the last "
+                               f"{self._near.window} {self._near.ngram}-grams are new; the text ends {json.dumps(tail)}",
                                token_index=n - 1, char_offset=self._fed)
         return None
 

@@ -19,6 +19,7 @@ class Reason(str, Enum):
     EOS = "eos"
     STOP_STRING = "stop_string"
     STOP_TOKEN = "stop_token"
+    GRAMMAR = "grammar"          # the structure asked for (response_format / structured_outputs) is complete
     MAX_TOKENS = "max_tokens"
     CONTEXT_LIMIT = "context_limit"
     REPETITION = "repetition"
@@ -39,14 +40,14 @@ class Reason(str, Enum):
 _LAYER = {
     Reason.TIMEOUT: Layer.SYSTEM, Reason.CANCELLED: Layer.SYSTEM, Reason.ERROR: Layer.SYSTEM,
     Reason.MAX_TOKENS: Layer.ENGINE, Reason.CONTEXT_LIMIT: Layer.ENGINE,
-    Reason.STOP_STRING: Layer.BUSINESS, Reason.STOP_TOKEN: Layer.BUSINESS,
+    Reason.STOP_STRING: Layer.BUSINESS, Reason.STOP_TOKEN: Layer.BUSINESS, Reason.GRAMMAR: Layer.BUSINESS,
     Reason.REPETITION: Layer.RULE,
     Reason.EOS: Layer.MODEL,
 }
 _FINISH = {
     Reason.TIMEOUT: "length", Reason.CANCELLED: None, Reason.ERROR: "error",
     Reason.MAX_TOKENS: "length", Reason.CONTEXT_LIMIT: "length",
-    Reason.STOP_STRING: "stop", Reason.STOP_TOKEN: "stop", Reason.REPETITION: "stop", Reason.EOS: "stop",
+    Reason.STOP_STRING: "stop", Reason.STOP_TOKEN: "stop", Reason.GRAMMAR: "stop", Reason.REPETITION: "stop", Reason.EOS: "stop",
 }
 
 

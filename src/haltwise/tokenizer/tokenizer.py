@@ -152,6 +152,10 @@ class Tokenizer:
         return self._token_bytes[i]
 
     # ---- special tokens -----------------------------------------------------------------------
+    def backend_json(self) -> str:
+        """The `tokenizers` JSON of this vocabulary (for libraries that build their own view, e.g. llguidance)."""
+        return self._tk.to_str()
+
     def eos_token_ids(self, generation_eos: Iterable[int] = ()) -> frozenset[int]:
         """SPEC §2 eos set: tokenizer eos | generation-config eos | end-of-generation control tokens."""
         ids = {int(i) for i in (*self.generation_eos, *generation_eos)}
