@@ -26,6 +26,14 @@ def test_ratios_are_haltwise_over_peer_and_inverted_when_lower_is_better():
     assert rows[4]["ratio"] is None
 
 
+def test_a_row_with_failed_requests_has_no_ratio():
+    """Named fault: a peer whose streams were cut short (its throughput counts truncated answers)."""
+    rows = [record("haltwise", "c8", 30.0, failed_requests=0), record("peer", "c8", 90.0, failed_requests=3),
+            record("haltwise", "c1", 30.0, failed_requests=1), record("peer", "c1", 10.0, failed_requests=0)]
+    add_ratios(rows)
+    assert [r["ratio"] for r in rows] == [None, None, None, None]
+
+
 def test_table_lists_every_record():
     rows = [record("haltwise", "throughput", 123.4, 0.5), record("transformers", "throughput", None)]
     table = common.format_table(rows, "title")

@@ -3,7 +3,7 @@ import json
 
 import torch
 
-from haltwise.bench.engine_bench import TINY, token_prompts
+from haltwise.bench.engine_bench import TINY, engine_label, run_order, token_prompts
 from haltwise.bench.haltwise_runner import HaltwiseRunner, fixed_length_params, sibling_engine
 from haltwise.bench.hf_runner import HFRunner, hf_twin_of
 from haltwise.cli import main
@@ -33,6 +33,24 @@ def test_tiny_engine_bench_writes_json_and_png(tmp_path, capsys):
                for r in thr)
     assert png.read_bytes()[:8] == PNG_MAGIC
     assert "throughput" in capsys.readouterr().out
+    # the engine as resolved is recorded and labels each row; each ratio says which way it points
+    assert result["engine_config"]["dtype"] == "float32" and result["engine_config"]["enable_prefix_caching"] is False
+    assert all(r["extra"]["engine"].startswith("dtype float32") and r["extra"]["ratio_meaning"] for r in recs)
+    chunked = [r for r in recs if r["scenario"] == "chunked_prefill"]
+    assert all("lower is better" in r["extra"]["ratio_meaning"] for r in chunked)
+
+
+def test_bfloat16_label_names_the_quantized_decode_copies():
+    """bench engine --dtype bfloat16 also turns on int4/int8 copies for haltwise only: the row says so."""
+    from haltwise.config import EngineConfig
+
+    assert engine_label(EngineConfig(dtype="bfloat16")) == "dtype bfloat16, int4/int8 weight copies for steps <= 4 rows"
+    assert engine_label(EngineConfig(dtype="float32")) == "dtype float32"
+
+
+def test_order_alternates_even_with_one_repeat():
+    # scenario index + repeat decides who goes first, so one repeat still alternates across scenarios
+    assert [run_order(["h", "t"], turn)[0] for turn in range(4)] == ["h", "t", "h", "t"]
 
 
 def test_transformers_twin_generates_the_same_greedy_tokens():

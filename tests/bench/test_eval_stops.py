@@ -4,14 +4,16 @@ import json
 import pytest
 
 from haltwise.bench import eval_stops
-from haltwise.bench.eval_stops import STRATEGIES, first_per_kind, load_prompt_set, strategy_params
+from haltwise.bench.content_checks import CHECKERS
+from haltwise.bench.eval_stops import STRATEGIES, Strategy, first_per_kind, load_prompt_set, strategy_params
 from haltwise.cli import main
 from haltwise.sampling_params import STOP_PRESETS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SUMMARY_KEYS = {"strategy", "prompts", "completeness", "loop_cut_share", "json_prompts", "json_parse_rate",
-                "latency_p50_s", "latency_p95_s", "generated_tokens", "useful_tokens", "token_efficiency",
-                "runaways", "deadline_cuts", "reasons", "by_kind"}
+SUMMARY_KEYS = {"strategy", "prompts", "judged_prompts", "completeness", "false_cuts", "truncated",
+                "content_ending_share", "loop_cut_share", "json_prompts", "json_parse_rate", "latency_p50_s",
+                "latency_p95_s", "latency_missing", "generated_tokens", "useful_tokens", "token_efficiency",
+                "runaways", "deadline_cuts", "divergences", "reasons", "by_kind"}
 
 
 def test_prompt_set_is_large_and_varied():
@@ -27,11 +29,23 @@ def test_prompt_set_is_large_and_varied():
         for s in STRATEGIES:
             strategy_params(s, p, 64, 10.0)  # every prompt is valid under every strategy
     assert all(p.stop_presets for p in prompts if p.kind != "loop")  # each non-loop kind has its stop
+    # every prompt carries its own content checker; only the loop prompts have no end
+    assert all(p.check["type"] in CHECKERS for p in prompts)
+    assert {p.check["type"] for p in prompts if p.kind == "loop"} == {"endless"}
+    assert all(p.check["type"] != "endless" for p in prompts if p.kind != "loop")
+
+
+def test_strategy_table_is_extensible():
+    """A later strategy is one more row: layers plus an optional per-prompt hook."""
+    p = next(p for p in load_prompt_set() if p.kind == "json")
+    extra = Strategy("x test", stops=True, loops=True, extra=lambda q: {"max_tokens": 7} if q.kind == "json" else {})
+    sp = extra.params(p, 32, 5.0)
+    assert sp.max_tokens == 7 and sp.stop_presets == ("json",) and sp.repetition_detection.enabled
 
 
 def test_each_strategy_adds_one_layer():
     p = next(p for p in load_prompt_set() if p.kind == "json")
-    a, b, c, d, e = (strategy_params(s, p, 32, 5.0) for s in STRATEGIES)
+    a, b, c, d, e = (strategy_params(s, p, 32, 5.0) for s in "abcde")
     assert a.ignore_eos and not a.stop_presets and not a.repetition_detection.enabled and a.timeout is None
     assert not b.ignore_eos and not b.stop_presets
     assert c.stop_presets == ("json",) and not c.repetition_detection.enabled
@@ -58,8 +72,12 @@ def test_tiny_run_writes_complete_records(tmp_path, capsys):
     for s in result["strategies"]:
         assert set(s) == SUMMARY_KEYS
         assert s["prompts"] == n and sum(s["reasons"].values()) == n
-        assert 0.0 <= s["completeness"] <= 1.0 and 0.0 < s["token_efficiency"] <= 1.0
+        assert s["completeness"] is None or 0.0 <= s["completeness"] <= 1.0
+        assert 0.0 <= s["token_efficiency"] <= 1.0 and s["latency_missing"] == 0
         assert s["useful_tokens"] <= s["generated_tokens"] <= n * 12
+        assert s["divergences"] == 0  # greedy: every output a prefix of one sequence (checked, not assumed)
+    assert result["reference_strategy"] == "b" and result["divergences"] == []
+    assert set(result["content_ends"]) == {g["prompt_id"] for g in result["generations"]["a"]}
     a = result["strategies"][0]
     assert a["runaways"] == n and a["reasons"] == {"max_tokens": n}  # no eos, no stops: every one runs to the limit
     assert a["generated_tokens"] == n * 12

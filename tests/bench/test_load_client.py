@@ -39,6 +39,24 @@ def test_concurrent_streams_count_tokens_and_ttft(tiny_server):
     assert s["ttft_p50_s"] <= s["ttft_p95_s"]
 
 
+@pytest.mark.parametrize("fault", ["cut_streams", None])
+def test_a_stream_that_does_not_run_its_length_is_failed(fault):
+    """Named fault: a server that ends streams early with finish_reason "stop" (as llama-cpp-python's
+    interrupt_requests does). The old client counted those as ok throughput; now they fail, and the
+    faithful fake (runs to length) still passes."""
+    from tests.bench.fake_openai_server import fake_app
+    from tests.server.http_helpers import ServerThread
+
+    with ServerThread(fake_app(fault)) as server:
+        load = asyncio.run(run_load(server.url, ["a", "b"], concurrency=2, max_tokens=6, model="fake"))
+    if fault is None:
+        assert len(load.ok) == 2 and load.failed == 0 and load.completion_tokens == 12
+    else:
+        assert load.ok == [] and load.failed == 2 and load.tokens_per_s == 0.0
+        assert all("finish_reason stop, 2 of 6 tokens" in r.error for r in load.results)
+        assert load.summary()["failed"] == 2
+
+
 def test_errors_are_results_not_exceptions(tiny_server):
     load = asyncio.run(run_load(tiny_server.base_url, ["x"], concurrency=1, max_tokens=0))  # max_tokens < 1: 400
     (r,) = load.results

@@ -1,10 +1,24 @@
-"""The eval-stops metrics on hand-made generations, where every number is known."""
+"""The eval-stops yardstick on hand-made generations, where every number is known, and the faults the
+old yardstick scored as perfect (a list cut after "Here:", JSON followed by a sentence, a missing
+latency read as 0, outputs that are not prefixes of one greedy sequence)."""
+import pytest
+
 from haltwise.bench import stop_metrics
-from haltwise.bench.stop_metrics import Generation, ending, json_ok, reference_ends, summarize
+from haltwise.bench.content_checks import content_end
+from haltwise.bench.stop_metrics import (ContentEnd, Generation, divergences, ending, json_ok, reference_content_ends,
+                                         summarize)
+
+CHECKS = {"p1": {"type": "json"}, "p2": {"type": "endless"}, "p3": {"type": "items", "items": 3}}
+LIST = "Here:\n- a\n- b\n- c\n\nAnything else?"
 
 
-def g(pid, kind, reason, generated, latency=1.0, text=""):
-    return Generation(pid, kind, reason, generated, latency, text)
+def g(pid, kind, reason, text, latency=1.0, ids=None):
+    ids = tuple(range(len(text))) if ids is None else ids  # one token per character
+    return Generation(pid, kind, reason, len(ids), latency, text, ids)
+
+
+def by_chars(gen, k):
+    return k  # one token per character in these generations
 
 
 def test_endings():
@@ -15,34 +29,78 @@ def test_endings():
     assert ending("error") == "other"
 
 
-def test_json_ok_extracts_from_first_bracket_and_rejects_trailing_text():
+def test_json_ok_decodes_the_first_value_and_allows_prose_after_it():
     assert json_ok('Here it is: {"a": 1}')
     assert json_ok('```json\n[1, 2]\n```')
-    assert not json_ok('{"a": 1} and then the model kept talking')
+    assert json_ok('{"a": 1} and then one sentence.')  # the old check failed this (favouring the json preset)
     assert not json_ok('{"a": ')
     assert not json_ok("no json here")
 
 
-def test_summary_numbers():
-    reference = [g("p1", "json", "eos", 10), g("p2", "loop", "repetition", 20), g("p3", "list", "max_tokens", 64)]
-    ref = reference_ends(reference)
-    assert ref == {"p1": 10, "p2": 20, "p3": None}
-    runaway = [g("p1", "json", "max_tokens", 64, 4.0, '{"a": 1} trailing'), g("p2", "loop", "max_tokens", 64, 2.0),
-               g("p3", "list", "max_tokens", 64, 3.0)]
-    s = summarize("a", runaway, ref)
-    assert s["completeness"] == 0.0
-    assert s["runaways"] == 3
-    assert s["generated_tokens"] == 192
-    assert s["useful_tokens"] == 10 + 20 + 64
-    assert s["token_efficiency"] == (10 + 20 + 64) / 192
-    assert s["json_parse_rate"] == 0.0
-    assert s["latency_p50_s"] == 3.0 and s["latency_p95_s"] == 4.0
-    assert s["reasons"] == {"max_tokens": 3} and s["deadline_cuts"] == 0
-    cut = summarize("e", [g("p1", "json", "timeout", 3, text='{"a"')], ref)
-    assert cut["runaways"] == 0 and cut["deadline_cuts"] == 1 and cut["completeness"] == 0.0
-    good = summarize("d", [g("p1", "json", "eos", 10, text='{"a": 1}'), reference[1], reference[2]], ref)
-    assert good["completeness"] == 1 / 3 and good["loop_cut_share"] == 1 / 3
-    assert good["json_parse_rate"] == 1.0 and good["token_efficiency"] == 1.0 and good["runaways"] == 1
-    assert set(good["by_kind"]) == {"json", "loop", "list"}
-    table = stop_metrics.format_table([s, good], {"a": "a only"})
-    assert "a only" in table and len(table.splitlines()) == 4
+@pytest.mark.parametrize("check, text, eos, end", [
+    ({"type": "sentence"}, "Paris is the capital. It is big.", False, 21),
+    ({"type": "sentence"}, "144", True, 3),
+    ({"type": "sentence"}, "144", False, None),
+    ({"type": "items", "items": 3}, LIST, False, LIST.index("- c") + 3),
+    ({"type": "items", "items": 3}, "Here:\n- a\n- b", True, None),
+    ({"type": "json"}, 'x {"a": [1, "}"]} y', False, 17),
+    ({"type": "code"}, "Sure:\n```python\nx = 1\n```\nDone", False, 25),
+    ({"type": "code"}, "```python\nx = 1\n", True, None),
+    ({"type": "turn"}, "About 14 million.\nUser: thanks", False, 17),
+    ({"type": "turn"}, "About 14 million.", True, 17),
+    ({"type": "endless"}, "hello hello", True, None),
+])
+def test_content_checkers(check, text, eos, end):
+    assert content_end(check, text, eos) == end
+
+
+def test_summary_numbers_against_independent_content_ends():
+    reference = [g("p1", "json", "eos", '{"a": 1} ok'), g("p2", "loop", "max_tokens", "la " * 20),
+                 g("p3", "list", "eos", LIST)]
+    ends = reference_content_ends(reference, CHECKS, by_chars)
+    list_end = LIST.index("- c") + 3
+    assert ends == {"p1": ContentEnd(8, 8), "p2": ContentEnd(None, None), "p3": ContentEnd(list_end, list_end)}
+    runaway = [g("p1", "json", "max_tokens", '{"a": 1} ok' + "x" * 53, 4.0), g("p2", "loop", "max_tokens", "la " * 20, 2.0),
+               g("p3", "list", "max_tokens", LIST + "y" * 20, 3.0)]
+    s = summarize("a", runaway, ends, CHECKS)
+    assert s["judged_prompts"] == 2 and s["completeness"] == 1.0 and s["false_cuts"] == 0
+    assert s["runaways"] == 3 and s["content_ending_share"] == 0.0
+    assert s["generated_tokens"] == 64 + 60 + len(LIST) + 20
+    assert s["useful_tokens"] == 8 + 0 + list_end  # the loop's tokens bought no complete answer
+    assert s["json_parse_rate"] == 1.0
+    assert s["latency_p50_s"] == 3.0 and s["latency_p95_s"] == 4.0 and s["latency_missing"] == 0
+    table = stop_metrics.format_table([s], {"a": "a only"})
+    assert "a only" in table and "false cut" in table and len(table.splitlines()) == 3
+
+
+def test_a_list_cut_after_here_is_a_false_cut_not_complete():
+    """Named fault: a stop that ends a list after its introduction. The old yardstick (d's own end as
+    reference, completeness = ended by a stop) scored it complete with efficiency 1.00."""
+    reference = [g("p3", "list", "eos", LIST)]
+    ends = reference_content_ends(reference, CHECKS, by_chars)
+    cut = g("p3", "list", "stop_string", "Here:")
+    s = summarize("d", [cut], ends, CHECKS)
+    assert s["content_ending_share"] == 1.0  # what the old "complete" measured
+    assert s["completeness"] == 0.0 and s["false_cuts"] == 1 and s["truncated"] == 1
+    assert s["token_efficiency"] == 1.0 and s["by_kind"]["list"]["false_cuts"] == 1
+    # a stop after the content: complete, and the tokens past the content end are waste
+    late = g("p3", "list", "stop_string", LIST[:-5])
+    s = summarize("d", [late], ends, CHECKS)
+    assert s["completeness"] == 1.0 and s["false_cuts"] == 0 and s["token_efficiency"] < 1.0
+
+
+def test_missing_latency_is_not_zero():
+    s = summarize("x", [g("p1", "json", "eos", '{"a": 1}', latency=None), g("p1", "json", "eos", '{"a": 1}', 2.0)],
+                  {"p1": ContentEnd(8, 8)}, CHECKS)
+    assert s["latency_missing"] == 1 and s["latency_p50_s"] == 2.0
+
+
+def test_divergences_are_found_and_judged_on_their_own_text():
+    gens = {"a": [g("p1", "json", "max_tokens", "x", ids=(1, 2, 3, 4, 5))],
+            "b": [g("p1", "json", "eos", "x", ids=(1, 2, 3))],
+            "d": [g("p1", "json", "stop_string", '{"b": 2}', ids=(1, 9))]}
+    found = divergences(gens)
+    assert found == [{"strategy": "d", "prompt_id": "p1", "first_different_token": 1}]
+    ends = {"p1": ContentEnd(None, None)}
+    s = summarize("d", gens["d"], ends, CHECKS, {("d", "p1")})
+    assert s["divergences"] == 1 and s["completeness"] == 1.0  # its own text holds a JSON value

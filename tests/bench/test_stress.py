@@ -14,6 +14,7 @@ from haltwise.bench import stress
 from haltwise.bench.stress_report import Result, build_report, outcome_for_status, parse_metrics
 from haltwise.config import EngineConfig
 from haltwise.server.app import build_app
+from tests.bench.fake_openai_server import fake_app
 from tests.server.http_helpers import ServerThread
 
 POOL = 20 * 8192  # 20 blocks of 16 tokens on the tiny model (512 bytes per token)
@@ -56,7 +57,22 @@ def test_plan_mix_is_seeded_and_covers_every_kind() -> None:
     assert all(p.body["max_tokens"] <= cfg.max_tokens for p in many if p.kind == "valid")
 
 
-def test_outcomes_and_invariants_can_fail() -> None:
+IDLE = parse_metrics("haltwise_kv_blocks_used 0\nhaltwise_requests_running 0\nhaltwise_requests_waiting 0\n"
+                     "haltwise_kv_blocks_total 20\nhaltwise_engine_breaker_state 0\nhaltwise_preemptions_total 0\n"
+                     'haltwise_requests_finished_total{finish_reason="stop",termination_reason="eos"} 1\n'
+                     'haltwise_requests_rejected_total{reason="invalid_request_error"} 1\n')
+GOOD = [Result("valid", "completed/eos", 200, False, None, 0.1, 5, max_tokens=8, timeout_s=1.0),
+        Result("invalid", "rejected/4xx", 400, False)]
+
+
+BEFORE = {k: v for k, v in IDLE.items() if not k[0].startswith(("haltwise_requests_finished", "haltwise_requests_rejected"))}
+
+
+def _report(results, after=IDLE, **kw):
+    return build_report(results, len(results), 1.0, {}, BEFORE, after, True, **kw)
+
+
+def test_outcomes_and_a_good_report() -> None:
     assert outcome_for_status(503, "overloaded", True) == "rejected/503"
     assert outcome_for_status(503, "engine_error", False) == "error/5xx"
     assert outcome_for_status(500, "internal_error", False) == "error/5xx"
@@ -64,14 +80,82 @@ def test_outcomes_and_invariants_can_fail() -> None:
     samples = parse_metrics('# HELP x\nhaltwise_kv_blocks_used 3.0\nhaltwise_requests_finished_total'
                             '{finish_reason="stop",termination_reason="eos"} 2.0\n')
     assert samples[("haltwise_kv_blocks_used", ())] == 3.0
-    good = [Result("valid", "completed/eos", 200, False, None, 0.1, 5), Result("invalid", "rejected/4xx", 400, False)]
-    idle = parse_metrics("haltwise_kv_blocks_used 0\nhaltwise_requests_running 0\n")
-    assert build_report(good, 2, 1.0, {}, {}, idle, True)["ok"]
-    leaked = build_report(good, 2, 1.0, {}, {}, samples, False)
-    assert not leaked["ok"] and not leaked["invariants"]["no_kv_blocks_leaked"]
-    bad = build_report(good + [Result("valid", "error/5xx", 500, True)], 3, 1.0, {}, {}, idle, True)
-    assert not bad["invariants"]["no_5xx_for_valid_requests"] and not bad["invariants"]["no_500_at_all"]
-    assert not build_report(good, 3, 1.0, {}, {}, idle, True)["invariants"]["every_request_accounted_once"]
+    report = _report(GOOD)
+    assert report["ok"], report["invariants"]
+
+
+def _metrics(**over) -> dict:
+    text = {"haltwise_kv_blocks_used": "0", "haltwise_requests_running": "0", "haltwise_requests_waiting": "0",
+            "haltwise_kv_blocks_total": "20", "haltwise_engine_breaker_state": "0", "haltwise_preemptions_total": "0"}
+    text.update(over)
+    lines = [f"{k} {v}" for k, v in text.items() if v is not None]
+    lines += ['haltwise_requests_finished_total{finish_reason="stop",termination_reason="eos"} 1',
+              'haltwise_requests_rejected_total{reason="invalid_request_error"} 1']
+    return parse_metrics("\n".join(lines))
+
+
+@pytest.mark.parametrize("fault, results, after, broken", [
+    ("a leaked KV block", GOOD, _metrics(haltwise_kv_blocks_used="3"), "no_kv_blocks_leaked"),
+    ("a 5xx for a valid request", GOOD + [Result("valid", "error/5xx", 500, True)], IDLE, "no_5xx_for_valid_requests"),
+    ("a request not accounted", GOOD[:1], IDLE, "server_counters_match_client"),
+    ("a missing gauge (read as 0 before)", GOOD, _metrics(haltwise_kv_blocks_used=None), "every_metric_present"),
+    ("an open breaker", GOOD, _metrics(haltwise_engine_breaker_state="2"), "breaker_closed_after_drain"),
+    ("every valid request refused", [Result("valid", "rejected/503", 503, False, code="overloaded", retry_after=True)] * 3
+     + GOOD[1:], _metrics(), "valid_requests_served"),
+    ("temperature 5 accepted", GOOD[:1] + [Result("invalid", "completed/eos", 200, False, None, 0.1, 3)], IDLE,
+     "invalid_requests_get_4xx"),
+    ("an oversize prompt truncated", GOOD + [Result("oversize", "completed/max_tokens", 200, False, None, 0.1, 4)],
+     IDLE, "oversize_gets_context_length_exceeded"),
+    ("max_tokens overrun", [Result("valid", "completed/eos", 200, False, None, 0.1, 9, max_tokens=8)] + GOOD[1:],
+     IDLE, "max_tokens_honoured"),
+    ("a deadline overrun", [Result("valid", "completed/eos", 200, False, None, 9.0, 5, timeout_s=1.0)] + GOOD[1:],
+     IDLE, "deadlines_honoured"),
+    ("a stop string leaked", [Result("valid", "completed/eos", 200, False, None, 0.1, 5, stop_leaked=True)] + GOOD[1:],
+     IDLE, "no_stop_string_leaked"),
+])
+def test_each_invariant_fails_on_its_fault(fault, results, after, broken) -> None:
+    report = _report(results, after)
+    assert not report["ok"] and not report["invariants"][broken], fault
+    # the old report (kv leak, 5xx, accounted = len(results)) missed all but the first two
+    assert "FAIL" in stress.format_report(report)
+
+
+def test_server_cancels_beyond_client_disconnects_fail() -> None:
+    after = parse_metrics("\n".join(f"{k} {v}" for (k, _), v in _metrics().items() if "finished" not in k)
+                          + '\nhaltwise_requests_finished_total{finish_reason="none",termination_reason="cancelled"} 1\n'
+                          + 'haltwise_requests_finished_total{finish_reason="stop",termination_reason="eos"} 1\n')
+    report = _report(GOOD, after)
+    assert not report["invariants"]["no_server_cancels_beyond_client_disconnects"]
+    assert not report["invariants"]["server_counters_match_client"]
+
+
+@pytest.mark.parametrize("fault, broken", [
+    (None, None),
+    ("refuse_all", "valid_requests_served"),
+    ("accept_invalid", "invalid_requests_get_4xx"),
+    ("truncate_oversize", "oversize_gets_context_length_exceeded"),
+    ("drop_gauge", "every_metric_present"),
+    ("breaker_open", "breaker_closed_after_drain"),
+    ("spurious_cancel", "no_server_cancels_beyond_client_disconnects"),
+    ("uncounted", "server_counters_match_client"),
+    ("overlong", "max_tokens_honoured"),
+    ("leak_stop", "no_stop_string_leaked"),
+    ("malformed", "no_5xx_for_valid_requests"),
+])
+def test_stress_against_fake_servers(fault, broken, tmp_path, capsys) -> None:
+    """The whole `haltwise stress` run against a fake server with one named fault: exit 1, that invariant
+    failing; the faithful fake (fault None) passes, so the faults are what fails."""
+    with ServerThread(fake_app(fault)) as server:
+        out = tmp_path / "stress.json"
+        code = stress.run(_args(url=server.url, clients=4, duration=30.0, requests=40, max_tokens=8,
+                                invalid_rate=0.2, oversize_rate=0.1, disconnect_rate=0.0, deadline_rate=0.0,
+                                drain_timeout=2.0, seed=5, json=str(out)))
+    printed = capsys.readouterr().out
+    report = json.loads(out.read_text())
+    if fault is None:
+        assert code == 0 and report["ok"], printed
+    else:
+        assert code == 1 and not report["invariants"][broken], printed
 
 
 @pytest.fixture(scope="module")
@@ -85,8 +169,10 @@ def small_server() -> Iterator[ServerThread]:
 
 def test_short_stress_run_keeps_every_invariant(small_server, tmp_path, capsys) -> None:
     out = tmp_path / "stress.json"
+    # A queue of 2 for 8 clients: about half the valid requests are refused with 503 on purpose.
     code = stress.run(_args(url=small_server.url, clients=8, duration=60.0, requests=60, max_tokens=48,
-                            invalid_rate=0.15, disconnect_rate=0.2, drain_timeout=60.0, seed=3, json=str(out)))
+                            invalid_rate=0.15, disconnect_rate=0.2, drain_timeout=60.0, seed=3, json=str(out),
+                            max_refused_share=0.85))
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
     assert code == 0, printed
@@ -98,4 +184,6 @@ def test_short_stress_run_keeps_every_invariant(small_server, tmp_path, capsys) 
     invalid = req["by_kind"]["invalid"]
     assert invalid and set(invalid) <= {"rejected/4xx", "cancelled_by_client"}  # never accepted, never a 5xx
     assert any(k.startswith("completed/") for k in req["by_outcome"])
+    assert set(req["valid_4xx_codes"]) <= {"context_length_exceeded"}, req  # long prompt + max_tokens > window
+    assert set(req["by_kind"]["oversize"]) <= {"rejected/4xx", "cancelled_by_client"}
     assert "every_request_accounted_once" in printed and "p95" in printed

@@ -1,6 +1,9 @@
 """SequenceStopper: streaming == non-streaming, earliest stop wins, SPEC order, against a reference."""
+import sys
+from collections import Counter
+
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import event, given, settings, strategies as st
 
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.stopping.sequence_stopper import SequenceStopper
@@ -70,21 +73,105 @@ def reference(p: SamplingParams, tokens, num_prompt, max_total):
     return None
 
 
-token_streams = st.lists(st.tuples(st.integers(0, 9), st.text(alphabet=ALPHABET, max_size=4)), max_size=40)
+# Token ids: eos (0, 1) and the stop/special ids (2-9) are rare, ordinary ids (10-49) common, so
+# streams run long enough for text stops, limits and loops to happen (each is asserted below).
+token_ids = st.integers(0, 199).map(lambda x: x if x < 10 else 10 + x % 40)
 stop_lists = st.lists(st.text(alphabet=ALPHABET, min_size=1, max_size=4) | st.sampled_from(["<S>", "\n\n", " ", "€"]),
                       max_size=5)
 params = st.builds(
     SamplingParams, stop=stop_lists, stop_token_ids=st.lists(st.integers(2, 9), max_size=2),
     stop_presets=st.lists(st.sampled_from(["line", "paragraph"]), max_size=1),
     include_stop_str_in_output=st.booleans(), ignore_eos=st.booleans(), min_tokens=st.integers(0, 6),
-    max_tokens=st.none() | st.integers(6, 40),
+    max_tokens=st.one_of(st.none(), st.integers(6, 40), st.integers(6, 24)),
     repetition_detection=st.builds(RepetitionDetection, enabled=st.booleans(), max_period=st.integers(1, 4),
                                    min_repeats=st.integers(2, 4), min_tokens=st.integers(1, 8)))
 
 
-@settings(max_examples=400, deadline=None)
-@given(params, token_streams, st.integers(0, 10), st.integers(1, 60), st.lists(st.booleans(), min_size=40, max_size=40))
-def test_stopper_equals_reference_and_streaming_equals_final(p, tokens, num_prompt, window, release_now):
+# Mostly filler that no stop is made of ("xyzw"), sometimes the stops' own alphabet.
+FILLER = st.text(alphabet="xyzw", max_size=3)
+delta_texts = st.one_of(FILLER, FILLER, FILLER, st.text(alphabet=ALPHABET, max_size=3))
+
+
+@st.composite
+def streams(draw, p: SamplingParams) -> list[tuple[int, str]]:
+    """8-40 tokens; sometimes a looping id pattern; a stop string planted split across two deltas."""
+    n = draw(st.integers(8, 40))
+    if draw(st.integers(0, 3)) == 0:  # a loop: a short pattern repeated after a random head
+        head = draw(st.lists(token_ids, max_size=6))
+        pattern = draw(st.lists(st.integers(10, 49), min_size=1, max_size=4))
+        ids = (head + pattern * n)[:n]
+    else:
+        ids = [draw(token_ids) for _ in range(n)]
+    deltas = [draw(delta_texts) for _ in range(n)]
+    for _ in range(draw(st.integers(0, 2)) if p.stop else 0):
+        stop = draw(st.sampled_from(p.stop))
+        k = draw(st.integers(0, n - 2))
+        cut = draw(st.integers(1, max(1, len(stop) - 1)))
+        deltas[k] += stop[:cut]
+        deltas[k + 1] = stop[cut:] + deltas[k + 1]
+    return list(zip(ids, deltas))
+
+
+@st.composite
+def cases(draw):
+    p = draw(params)
+    return p, draw(streams(p))
+
+
+def case_labels(p, tokens, term, fed) -> list[str]:
+    """What one example reached (for the coverage assertion)."""
+    labels = [term.reason.value]
+    if term.reason is Reason.STOP_STRING and term.stop_reason in p.stop and "special token" not in term.detail:
+        start = term.char_offset - (len(term.stop_reason) if p.include_stop_str_in_output else 0)
+        labels.append("text stop across tokens" if start < len(fed) else "text stop within a token")
+    if term.stop_reason in ("line", "paragraph"):
+        labels.append("preset")
+    return labels
+
+
+def stopper_property(max_examples: int = 400) -> Counter[str]:
+    """The stopper against the reference; returns what the examples reached."""
+    reached: Counter[str] = Counter()
+
+    @settings(max_examples=max_examples, deadline=None, database=None, report_multiple_bugs=False)
+    @given(cases(), st.integers(0, 10), st.integers(1, 80), st.lists(st.booleans(), min_size=40, max_size=40))
+    def check(case, num_prompt, window, release_now):
+        p, tokens = case
+        labels = one_example(p, tokens, num_prompt, window, release_now)
+        for label in labels:
+            event(label)
+            reached[label] += 1
+        reached["examples"] += 1
+
+    check()
+    return reached
+
+
+def test_stopper_equals_reference_and_streaming_equals_final():
+    reached = stopper_property()
+    n = reached["examples"]
+    for label in ("eos", "stop_token", "stop_string", "max_tokens", "context_limit", "repetition",
+                  "text stop across tokens", "text stop within a token", "preset"):
+        assert reached[label] >= 4, (label, reached)  # each is expected >= 12 times in 400
+    assert reached["cancelled"] <= 0.4 * n, reached  # the old strategy: 50-60% ran out of tokens
+    assert reached["tokens"] / n >= 5, reached     # mean tokens taken before the end (old: ~2.6)
+
+
+class IgnoresCrossTokenMatches(SequenceStopper):
+    """Named fault: a stop string that starts in an earlier token's text is not a stop (holdback intact)."""
+
+    def _take_text(self, delta_text):
+        before = self._fed
+        return [m for m in super()._take_text(delta_text) if m.start >= before]
+
+
+def test_property_catches_a_stopper_that_ignores_cross_token_matches(monkeypatch):
+    monkeypatch.setattr(sys.modules[__name__], "SequenceStopper", IgnoresCrossTokenMatches)
+    with pytest.raises(AssertionError):
+        stopper_property(max_examples=200)
+
+
+def one_example(p, tokens, num_prompt, window, release_now) -> list[str]:
     max_total = num_prompt + window
     stopper = SequenceStopper(p, EOS, SPECIAL, num_prompt, max_total)
     streamed, term = [], None
@@ -135,6 +222,7 @@ def test_stopper_equals_reference_and_streaming_equals_final(p, tokens, num_prom
     if t2 is not None:
         again.finish(t2)
         assert (t2.reason, t2.stop_reason, again.text) == (term.reason, term.stop_reason, final)
+    return case_labels(p, tokens, term, fed) + ["tokens"] * (term.token_index + 1)
 
 
 def _fields(p):

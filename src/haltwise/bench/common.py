@@ -120,20 +120,26 @@ def add_ratios(records: list[dict[str, Any]], ours: str = "haltwise", key: str =
     """Set ratio = ours / system on every row of a scenario with both; ours' own row gets ours / first peer.
 
     For a scenario where lower is better (extra["lower_is_better"]) the ratio is inverted so that
-    > 1 always means haltwise is better.
+    > 1 always means haltwise is better. A row with failed requests (extra["failed_requests"] > 0:
+    a stream cut short, an error) has no ratio, and neither has its counterpart: a throughput
+    that includes truncated answers compares nothing.
     """
     by_scenario: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         by_scenario.setdefault(r["scenario"], []).append(r)
     for rows in by_scenario.values():
         mine = next((r for r in rows if r["system"] == ours), None)
-        if mine is None or mine[key] is None:
+        if mine is None or mine[key] is None or _failed(mine):
             continue
-        peers = [r for r in rows if r["system"] != ours and r[key]]
+        peers = [r for r in rows if r["system"] != ours and r[key] and not _failed(r)]
         for r in peers:
             r["ratio"] = _ratio(mine[key], r[key], r["extra"].get("lower_is_better", False))
         if peers:
             mine["ratio"] = peers[0]["ratio"]
+
+
+def _failed(row: dict[str, Any]) -> bool:
+    return bool(row["extra"].get("failed_requests"))
 
 
 def _ratio(ours: float, theirs: float, lower_is_better: bool) -> float | None:

@@ -11,9 +11,15 @@ Scenarios (full size; --quick shrinks them, --tiny is the test configuration):
   chunked_prefill haltwise only: median TTFT of 8 short requests arriving while a 6,000-token
                   prompt is being prefilled, with chunked prefill on vs off (two engines over the
                   same weights).  ratio = TTFT(on) / TTFT(off): lower is better, target <= 0.33.
-Both systems use the same prompts (token ids), dtype, and torch threads. haltwise runs with prefix
-caching off: repeats reuse prompts, and a cache hit would skip the very prefill being measured. Each repeat runs the
-systems alternately (order flipped every repeat); the table shows medians over repeats.
+Both systems use the same prompts (token ids), --dtype and torch threads; the engine config haltwise
+actually resolved (e.g. bfloat16 also turns on int4/int8 weight copies for decode steps of few rows)
+is recorded in the JSON ("engine_config") and labels each haltwise row (extra["engine"]), so a row
+never claims "same dtype" when the weights differ. haltwise runs with prefix caching off: repeats
+reuse prompts, and a cache hit would skip the very prefill being measured. Before each scenario's
+timed runs, each system runs it once untimed (same batch, a few tokens: kernels and buffers for that
+shape warmed). The order alternates by repeat and by scenario, so with one repeat haltwise is not
+always first. Every row names its ratio (extra["ratio_meaning"]); chunked_prefill's runs the other
+way from the rest (lower is better).
 """
 from __future__ import annotations
 
@@ -72,6 +78,7 @@ def run(args: argparse.Namespace) -> int:
     result = run_engine_bench(sizes, repeats, args.dtype, args.model, args.tiny, progress, options)
     what = "tiny random model, same weights" if args.tiny else "same GGUF"
     print(common.format_table(result["records"], f"haltwise vs transformers ({what}, {args.dtype}, same process)"))
+    print(f"haltwise engine as resolved: {engine_label_from_dict(result['engine_config'])}")
     print(LEGEND)
     common.write_json(args.json, result)
     if args.png:
@@ -83,6 +90,19 @@ def run(args: argparse.Namespace) -> int:
                               records_panel(recs, "ttft_s", "time to first token (median)", "seconds")],
                    "haltwise bench engine")
     return 0
+
+
+RATIO_MEANING = "haltwise / transformers tokens/s: > 1 means haltwise is faster"
+CHUNKED_RATIO_MEANING = ("TTFT with chunked prefill on / off: < 1 means chunking helps (lower is better, "
+                         "unlike the other rows); target <= 0.33")
+
+
+def engine_label(config: Any) -> str:
+    """What the haltwise engine really runs, in a few words (the resolved EngineConfig)."""
+    label = f"dtype {config.dtype}"
+    if getattr(config, "quantized_decode_rows", 0):
+        label += f", int4/int8 weight copies for steps <= {config.quantized_decode_rows} rows"
+    return label
 
 
 LEGEND = """\
@@ -119,21 +139,38 @@ def run_engine_bench(sizes: Sizes, repeats: int, dtype: str, model: str | None, 
     scenarios = [("throughput", prompts, sizes.batch_tokens),
                  ("single_decode", prompts[:1], sizes.decode_tokens),
                  ("prefill", [token_prompts(llm.tokenizer, 1, sizes.prefill_len)[0]], 1)]
-    for scenario, batch, max_tokens in scenarios:
+    for index, (scenario, batch, max_tokens) in enumerate(scenarios):
         runs: dict[str, list] = {s.name: [] for s in systems}
+        for system in systems:
+            progress(f"{scenario}: {system.name} warm-up (untimed)")
+            system.generate(batch, min(max_tokens, 4))
         for rep in range(repeats):
-            for system in (systems if rep % 2 == 0 else systems[::-1]):
+            for system in run_order(systems, rep + index):
                 progress(f"{scenario}: {system.name} run {rep + 1}/{repeats} "
                          f"({len(batch)} x {len(batch[0])}-token prompts, {max_tokens} new tokens)")
                 runs[system.name].append(system.generate(batch, max_tokens))
         for name, timed in runs.items():
             records.append(_scenario_record(name, scenario, timed))
+            label = engine_label(llm.engine.config) if name == ours.name else f"dtype {dtype}"
+            records[-1]["extra"].update(engine=label, ratio_meaning=RATIO_MEANING)
     common.add_ratios(records)
 
     progress("chunked_prefill: building a second haltwise engine with chunked prefill off")
     records.extend(_chunked(llm, sizes, repeats, progress))
     return {"benchmark": "engine", "environment": common.environment(), "dtype": dtype, "repeats": repeats,
-            "config": asdict(sizes), "engine_options": options, "records": records}
+            "config": asdict(sizes), "engine_options": options, "engine_config": asdict(llm.engine.config),
+            "records": records}
+
+
+def run_order(systems: list[Any], turn: int) -> list[Any]:
+    """Alternate who goes first: even turns as given, odd turns reversed."""
+    return systems if turn % 2 == 0 else systems[::-1]
+
+
+def engine_label_from_dict(config: dict[str, Any]) -> str:
+    from types import SimpleNamespace
+
+    return engine_label(SimpleNamespace(**config))
 
 
 def _scenario_record(name: str, scenario: str, timed: list) -> dict[str, Any]:
@@ -158,14 +195,18 @@ def _chunked(llm: Any, sizes: Sizes, repeats: int, progress: Progress) -> list[d
     shorts = token_prompts(llm.tokenizer, sizes.num_short, sizes.short_len, offset_tokens=sizes.long_len)
     ttfts: dict[str, list[float]] = {k: [] for k in engines}
     names = list(engines)
+    for name in names:
+        progress(f"chunked_prefill: {name} warm-up (untimed)")
+        engines[name].ttft_behind_long_prompt(long_prompt[:sizes.long_len // 4], shorts[:1], 1)
     for rep in range(repeats):
-        for name in (names if rep % 2 == 0 else names[::-1]):
+        for name in run_order(names, rep + 1):
             progress(f"chunked_prefill: {name} run {rep + 1}/{repeats} ({sizes.long_len}-token prompt + "
                      f"{sizes.num_short} short requests)")
             ttfts[name].append(median(engines[name].ttft_behind_long_prompt(long_prompt, shorts,
                                                                               sizes.short_tokens)))
     on, off = median(ttfts[names[0]]), median(ttfts[names[1]])
-    extra = {"long_prompt_tokens": sizes.long_len, "short_requests": sizes.num_short, "lower_is_better": True}
+    extra = {"long_prompt_tokens": sizes.long_len, "short_requests": sizes.num_short, "lower_is_better": True,
+             "engine": engine_label(llm.engine.config), "ratio_meaning": CHUNKED_RATIO_MEANING}
     rows = [record(names[0], "chunked_prefill", None, on, repeats, **extra),
             record(names[1], "chunked_prefill", None, off, repeats, **extra)]
     rows[0]["ratio"] = on / off if on and off else None

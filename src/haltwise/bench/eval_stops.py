@@ -11,14 +11,19 @@ runs the whole set through the real model, greedy, all prompts submitted at once
   d  + loop detection     repetition detector on (default settings)
   e  + deadline           everything, and a per-request deadline (--deadline seconds)
 
-Metrics (completeness, JSON parse rate, latency p50/p95, token efficiency, runaways) are defined
-precisely in bench/stop_metrics.py; token efficiency uses strategy d's content end as reference.
+Each strategy is one row of STRATEGIES (a Strategy: which layers it turns on, plus an optional
+per-prompt hook for request fields a later strategy adds, e.g. a grammar); add a row to add one.
+The yardstick (bench/stop_metrics.py) judges every strategy by the same independent content ends:
+each prompt's checker (bench/content_checks.py, stored in the prompt set as "check") run on
+strategy b's text, which is therefore always run. Completeness, false cuts (answers a strategy cut
+before their content ended), JSON parse rate, latency p50/p95, token efficiency and runaways are
+defined there.
 """
 from __future__ import annotations
 
 import argparse
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import Any, Callable
@@ -29,10 +34,6 @@ from haltwise.bench.stop_metrics import Generation
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 
 PROMPT_SET = "stop_prompts.jsonl"
-STRATEGIES = ("a", "b", "c", "d", "e")
-LABELS = {"a": "a max_tokens only", "b": "b + eos", "c": "c + stop strings/presets", "d": "d + loop detection",
-          "e": "e + deadline (everything)"}
-REFERENCE = "d"
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,39 @@ class StopPrompt:
     messages: tuple[dict[str, str], ...]
     stop: tuple[str, ...] = ()
     stop_presets: tuple[str, ...] = ()
+    check: dict[str, Any] = field(default_factory=lambda: {"type": "endless"})  # content_checks.py
+
+
+@dataclass(frozen=True)
+class Strategy:
+    """One rung of the ladder: which termination layers a request gets."""
+
+    label: str
+    eos: bool = True
+    stops: bool = False              # the prompt's stop strings and presets
+    loops: bool = False              # the repetition detector
+    deadline: bool = False           # a per-request deadline
+    extra: Callable[[StopPrompt], dict[str, Any]] | None = None  # more SamplingParams fields per prompt
+
+    def params(self, prompt: StopPrompt, max_tokens: int, deadline_s: float) -> SamplingParams:
+        fields: dict[str, Any] = dict(
+            temperature=0.0, max_tokens=max_tokens, ignore_eos=not self.eos,
+            stop=prompt.stop if self.stops else (), stop_presets=prompt.stop_presets if self.stops else (),
+            repetition_detection=RepetitionDetection(enabled=self.loops),
+            timeout=deadline_s if self.deadline else None)
+        fields.update(self.extra(prompt) if self.extra else {})
+        return SamplingParams(**fields)
+
+
+STRATEGIES: dict[str, Strategy] = {
+    "a": Strategy("a max_tokens only", eos=False),
+    "b": Strategy("b + eos"),
+    "c": Strategy("c + stop strings/presets", stops=True),
+    "d": Strategy("d + loop detection", stops=True, loops=True),
+    "e": Strategy("e + deadline (everything)", stops=True, loops=True, deadline=True),
+}
+LABELS = {k: v.label for k, v in STRATEGIES.items()}
+REFERENCE = "b"  # its text is where the content checkers look (the model's own longest answer)
 
 
 def load_prompt_set(path: str | Path | None = None) -> list[StopPrompt]:
@@ -50,7 +84,7 @@ def load_prompt_set(path: str | Path | None = None) -> list[StopPrompt]:
             else resources.files("haltwise").joinpath("data", PROMPT_SET).read_text(encoding="utf-8"))
     rows = [json.loads(line) for line in text.splitlines() if line.strip()]
     return [StopPrompt(r["id"], r["kind"], tuple(r["messages"]), tuple(r.get("stop", ())),
-                       tuple(r.get("stop_presets", ()))) for r in rows]
+                       tuple(r.get("stop_presets", ())), r.get("check", {"type": "endless"})) for r in rows]
 
 
 def first_per_kind(prompts: list[StopPrompt], n: int) -> list[StopPrompt]:
@@ -65,15 +99,8 @@ def first_per_kind(prompts: list[StopPrompt], n: int) -> list[StopPrompt]:
 
 
 def strategy_params(strategy: str, prompt: StopPrompt, max_tokens: int, deadline_s: float) -> SamplingParams:
-    """Greedy SamplingParams for one prompt under one strategy (each letter adds one layer)."""
-    level = STRATEGIES.index(strategy)
-    return SamplingParams(
-        temperature=0.0, max_tokens=max_tokens,
-        ignore_eos=level < 1,
-        stop=prompt.stop if level >= 2 else (),
-        stop_presets=prompt.stop_presets if level >= 2 else (),
-        repetition_detection=RepetitionDetection(enabled=level >= 3),
-        timeout=deadline_s if level >= 4 else None)
+    """Greedy SamplingParams for one prompt under one strategy."""
+    return STRATEGIES[strategy].params(prompt, max_tokens, deadline_s)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -101,9 +128,7 @@ def run(args: argparse.Namespace) -> int:
         prompts = first_per_kind(prompts, per_kind)
     max_tokens = args.max_tokens or (64 if args.quick else 256)
     deadline = args.deadline or (30.0 if args.quick else 60.0)
-    strategies = [s for s in STRATEGIES if s in args.strategies]
-    if REFERENCE not in strategies:
-        strategies.insert(STRATEGIES.index(REFERENCE), REFERENCE)  # efficiency needs the reference
+    strategies = [s for s in STRATEGIES if s in args.strategies or s == REFERENCE]  # the yardstick needs b
     progress(f"loading the model ({'tiny' if args.tiny else args.model or 'SmolLM2'}, {args.dtype})")
     # Prefix caching off: every strategy reruns the same prompts, and cache hits for the later ones
     # would bias the latency comparison.
@@ -118,10 +143,12 @@ def run(args: argparse.Namespace) -> int:
 
 
 LEGEND = """\
-complete: share ending by eos / stop string / stop preset (text complete); json ok: share of JSON prompts
-whose output parses; lat p50/p95: seconds arrival -> finish (all prompts at once); gen tok: tokens
-returned; useful: tokens up to the content end found by strategy d; effic.: useful / gen tok; runaway:
-generations cut by max_tokens or the window without a content end; deadline: cut by the deadline.  Definitions: haltwise/bench/stop_metrics.py."""
+complete: share of the prompts with a known content end (each prompt's checker on strategy b's text) whose
+text holds the whole answer; false cut: answers the strategy's own stop cut before their content ended;
+json ok: a JSON value decodes from the first '{' or '['; lat p50/p95: seconds arrival -> finish (all prompts
+at once); gen tok: tokens returned; useful: tokens up to the content end (0 where the answer never completes);
+effic.: useful / gen tok; runaway: cut by max_tokens or the window; deadline: cut by the deadline.
+Definitions: haltwise/bench/stop_metrics.py and content_checks.py."""
 
 
 def evaluate(llm: Any, prompts: list[StopPrompt], strategies: list[str], max_tokens: int, deadline_s: float,
@@ -134,11 +161,22 @@ def evaluate(llm: Any, prompts: list[StopPrompt], strategies: list[str], max_tok
         progress(f"strategy {LABELS[s]}: {len(prompts)} prompts, max_tokens {max_tokens}")
         gens[s] = run_batch(llm.engine, prompts, ids, [strategy_params(s, p, max_tokens, deadline_s) for p in prompts],
                             f"eval-{s}")
-    ref = stop_metrics.reference_ends(gens[REFERENCE])
-    summaries = [stop_metrics.summarize(s, gens[s], ref) for s in strategies]
+    checks = {p.id: p.check for p in prompts}
+
+    def prefix_chars(g: Generation, k: int) -> int:
+        return len(llm.tokenizer.decode(list(g.token_ids[:k])))
+
+    ends = stop_metrics.reference_content_ends(gens[REFERENCE], checks, prefix_chars)
+    diverging = stop_metrics.divergences(gens)
+    if diverging:
+        progress(f"warning: {len(diverging)} generations are not a prefix of their prompt's longest greedy "
+                 f"sequence (judged on their own text): {diverging[:5]}")
+    diverged = {(d["strategy"], d["prompt_id"]) for d in diverging}
+    summaries = [stop_metrics.summarize(s, gens[s], ends, checks, diverged) for s in strategies]
     return {"benchmark": "eval-stops", "environment": common.environment(), "max_tokens": max_tokens,
             "deadline_s": deadline_s, "reference_strategy": REFERENCE, "labels": LABELS,
             "kinds": sorted({p.kind for p in prompts}), "strategies": summaries,
+            "content_ends": {pid: asdict(e) for pid, e in ends.items()}, "divergences": diverging,
             "generations": {s: [asdict(g) for g in gs] for s, gs in gens.items()}}
 
 
@@ -157,7 +195,7 @@ def run_batch(engine: Any, prompts: list[StopPrompt], ids: list[list[int]], para
     for rid, p in zip(request_ids, prompts):
         o = final[rid].outputs[0]
         out.append(Generation(p.id, p.kind, o.termination.reason.value, len(o.token_ids),
-                              final[rid].latency or 0.0, o.text))
+                              final[rid].latency, o.text, tuple(o.token_ids)))
     return out
 
 
@@ -173,5 +211,6 @@ def save_eval_chart(path: str | Path, summaries: list[dict[str, Any]]) -> Path:
                     {"p50": [s["latency_p50_s"] for s in summaries], "p95": [s["latency_p95_s"] for s in summaries]})
     runaway = panel("cut generations (lower is better)", "count", cats,
                     {"runaways (token limit)": [s["runaways"] for s in summaries],
+                     "false cuts": [s["false_cuts"] for s in summaries],
                      "deadline cuts": [s["deadline_cuts"] for s in summaries]})
     return save_chart(path, [shares, latency, runaway], "haltwise eval-stops: stop strategies compared")

@@ -8,6 +8,11 @@ SSE event carrying text), latency (-> `data: [DONE]`), completion tokens (the `u
 the server sends one for stream_options.include_usage, else the number of text-carrying events)
 and the finish_reason. Errors are results too (status, message), never exceptions, so the stress
 tool can reuse this under hostile load.
+
+A benchmark stream is ok only when it ran its full length: finish_reason "length" and exactly
+max_tokens completion tokens, as the server's usage chunk reports them. Anything else (a peer that
+cut the stream, an eos or stop that slipped through ignore_eos, a loop detector, a missing usage
+chunk) is a failed request, so truncated rows are never counted as throughput.
 """
 from __future__ import annotations
 
@@ -45,6 +50,10 @@ class LoadResult:
         return [r for r in self.results if r.ok]
 
     @property
+    def failed(self) -> int:
+        return len(self.results) - len(self.ok)
+
+    @property
     def completion_tokens(self) -> int:
         return sum(r.completion_tokens for r in self.ok)
 
@@ -58,10 +67,11 @@ class LoadResult:
 
     def summary(self) -> dict[str, Any]:
         return {"concurrency": self.concurrency, "requests": len(self.results), "ok": len(self.ok),
+                "failed": self.failed,
                 "wall_s": self.wall_s, "completion_tokens": self.completion_tokens,
                 "tokens_per_s": self.tokens_per_s, "ttft_p50_s": self.ttft_percentile(50),
                 "ttft_p95_s": self.ttft_percentile(95),
-                "errors": sorted({r.error or str(r.status) for r in self.results if not r.ok})}
+                "errors": sorted({(r.error or str(r.status))[:120] for r in self.results if not r.ok})}
 
 
 async def sse_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any] | None]:
@@ -98,7 +108,7 @@ def _chunk_text(event: dict[str, Any]) -> tuple[str, str | None]:
 
 
 async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict[str, Any]) -> RequestResult:
-    """POST one streaming request and read it to the end."""
+    """POST one streaming request and read it to the end; ok only if it ran all payload["max_tokens"]."""
     start = time.perf_counter()
     ttft = None
     parts: list[str] = []
@@ -124,7 +134,13 @@ async def stream_completion(client: httpx.AsyncClient, url: str, payload: dict[s
                     parts.append(text)
                     events += 1
             tokens = usage_tokens if usage_tokens is not None else events
-            return RequestResult(True, 200, ttft, time.perf_counter() - start, tokens, "".join(parts), finish)
+            latency, text = time.perf_counter() - start, "".join(parts)
+            want = payload.get("max_tokens")
+            if usage_tokens is None or finish != "length" or tokens != want:
+                return RequestResult(False, 200, ttft, latency, tokens, text, finish,
+                                     error=f"not run to length: finish_reason {finish}, {tokens} of {want} tokens"
+                                           + ("" if usage_tokens is not None else " (no usage chunk)"))
+            return RequestResult(True, 200, ttft, latency, tokens, text, finish)
     except (httpx.HTTPError, json.JSONDecodeError, OSError) as e:
         return RequestResult(False, 0, ttft, time.perf_counter() - start, 0, "".join(parts), finish,
                              error=f"{type(e).__name__}: {e}")

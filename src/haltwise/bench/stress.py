@@ -8,7 +8,9 @@ kinds (short, long, multilingual, repetitive, token ids), stop strings, per-requ
 (`timeout`), clients that disconnect at a random point, invalid requests (bad params, malformed JSON,
 unknown fields, wrong types, unknown model) and prompts longer than the window. Afterwards it waits
 for the server to drain, reads /metrics and prints the report (stress_report.py). Exit code 1 when an
-invariant fails (a 5xx or error for a valid request, leaked KV blocks, a request not accounted for).
+invariant fails (stress_report.py lists them: among others a 5xx for a valid request, a server that
+refuses most valid requests, an invalid request accepted, leaked KV blocks, counters that disagree
+with what the client saw, a missing metric, a malformed 200 answer).
 Loopback servers only unless --allow-remote.
 """
 from __future__ import annotations
@@ -19,7 +21,7 @@ import ipaddress
 import json
 import random
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -39,6 +41,9 @@ PROMPTS = (
     "Q: What is the capital of France?\nA:",
 )
 STOPS = (None, ["\n"], [".", "!"], ["the"], ["<|im_end|>"], ["\n\n", "Q:"])
+# Token-id prompts use ids every vocabulary here has (the tiny test model has 512): an id outside the
+# vocabulary is a 400 for another reason, and an "oversize" prompt of such ids never tests the length.
+TOKEN_IDS = (100, 499)
 INVALID = ("bad_param", "malformed_json", "unknown_field", "wrong_type", "unknown_model", "not_an_object",
            "empty_stop")
 
@@ -59,6 +64,8 @@ class StressConfig:
     request_timeout: float = 120.0  # server-side deadline sent with every other valid request
     drain_timeout: float = 120.0    # seconds to wait for the server to go idle afterwards
     seed: int = 0
+    max_refused_share: float = 0.5  # of the valid requests the server answered, at most this share refused
+    deadline_slack_s: float = 5.0   # a completed request with `timeout` must end within timeout + this
 
     def __post_init__(self) -> None:
         if self.clients < 1 or self.duration <= 0 or (self.requests is not None and self.requests < 1):
@@ -103,7 +110,7 @@ def plan_request(rng: random.Random, cfg: StressConfig, model: str, window: int)
     if chat:
         body["messages"] = [{"role": "user", "content": text}]
     else:
-        body["prompt"] = text if rng.random() < 0.8 else [rng.randint(100, 1000) for _ in range(rng.randint(1, 40))]
+        body["prompt"] = text if rng.random() < 0.8 else [rng.randint(*TOKEN_IDS) for _ in range(rng.randint(1, 40))]
     if stop := rng.choice(STOPS):
         body["stop"] = stop
     if stream:
@@ -116,7 +123,7 @@ def plan_request(rng: random.Random, cfg: StressConfig, model: str, window: int)
     if roll < cfg.invalid_rate:
         return Plan("invalid", path, invalid_body(rng, body), stream, disconnect)
     if roll < cfg.invalid_rate + cfg.oversize_rate:
-        long_prompt = [rng.randint(100, 1000) for _ in range(window + rng.randint(1, 64))]
+        long_prompt = [rng.randint(*TOKEN_IDS) for _ in range(window + rng.randint(1, 64))]
         body.pop("messages", None)
         body.update(prompt=long_prompt)
         return Plan("oversize", "/v1/completions", body, stream, disconnect)
@@ -146,6 +153,10 @@ def invalid_body(rng: random.Random, body: dict[str, Any]) -> Any:
     return body
 
 
+class Malformed(Exception):
+    """A 200 answer that is not a completion (missing or mistyped fields)."""
+
+
 async def send(client: httpx.AsyncClient, plan: Plan) -> Result:
     """Send one planned request and classify what came back (never raises)."""
     start = time.perf_counter()
@@ -154,12 +165,32 @@ async def send(client: httpx.AsyncClient, plan: Plan) -> Result:
     try:
         work = _exchange(client, plan, content, start, state)
         if plan.disconnect_after is None:
-            return await work
-        return await asyncio.wait_for(work, plan.disconnect_after)
+            result = await work
+        else:
+            result = await asyncio.wait_for(work, plan.disconnect_after)
     except asyncio.TimeoutError:  # our own disconnect: the connection is closed mid-request
         return Result(plan.kind, "cancelled_by_client", 0, plan.stream, state["ttft"])
+    except Malformed as e:
+        return Result(plan.kind, "error/malformed", 200, plan.stream, state["ttft"], code=str(e)[:200])
     except (httpx.HTTPError, OSError, ValueError) as e:
         return Result(plan.kind, "error/transport", 0, plan.stream, state["ttft"], code=type(e).__name__)
+    body = plan.body if isinstance(plan.body, dict) else {}
+    stops = body.get("stop") or []
+    stops = [stops] if isinstance(stops, str) else stops
+    text = state.get("text", "")
+    max_tokens, timeout = body.get("max_tokens"), body.get("timeout")
+    return replace(result, max_tokens=max_tokens if isinstance(max_tokens, int) else None,
+                   timeout_s=timeout if isinstance(timeout, (int, float)) else None,
+                   stop_leaked=result.outcome.startswith("completed/") and any(s and s in text for s in stops))
+
+
+def _choice_text(choice: dict[str, Any]) -> str:
+    text = choice.get("text")
+    if text is None:
+        text = (choice.get("delta") or choice.get("message") or {}).get("content") or ""
+    if not isinstance(text, str):
+        raise Malformed(f"choice text is {type(text).__name__}")
+    return text
 
 
 async def _exchange(client: httpx.AsyncClient, plan: Plan, content: bytes, start: float, state: dict) -> Result:
@@ -174,27 +205,43 @@ async def _exchange(client: httpx.AsyncClient, plan: Plan, content: bytes, start
             retry = "retry-after" in response.headers
             return Result(plan.kind, outcome_for_status(response.status_code, code, retry), response.status_code,
                           plan.stream, latency_s=time.perf_counter() - start, code=code, retry_after=retry)
-        if not plan.stream:
-            data = json.loads(await response.aread())
-            reason = (data["choices"][0].get("termination") or {}).get("reason", "unknown")
-            return Result(plan.kind, f"completed/{reason}", 200, False, None, time.perf_counter() - start,
-                          data.get("usage", {}).get("completion_tokens", 0))
-        reason, tokens = None, 0
-        async for event in sse_events(response.aiter_lines()):
-            if event is None:  # [DONE]
-                outcome = f"completed/{reason}" if reason else "error/transport"
-                return Result(plan.kind, outcome, 200, True, state["ttft"], time.perf_counter() - start, tokens)
-            if "error" in event:
-                return Result(plan.kind, "error/stream", 200, True, state["ttft"], code=event["error"].get("code"))
-            if event.get("usage"):
-                tokens = event["usage"].get("completion_tokens", tokens)
-            for choice in event.get("choices") or []:
-                text = choice.get("text") or (choice.get("delta") or {}).get("content")
-                if text and state["ttft"] is None:
-                    state["ttft"] = time.perf_counter() - start
-                if choice.get("finish_reason"):
-                    reason = (choice.get("termination") or {}).get("reason", "unknown")
-        return Result(plan.kind, "error/transport", 200, True, state["ttft"], code="stream ended without [DONE]")
+        try:
+            return await _read_completion(plan, response, start, state)
+        except (KeyError, IndexError, TypeError, AttributeError, ValueError) as e:
+            raise Malformed(f"{type(e).__name__}: {e}") from None
+
+
+async def _read_completion(plan: Plan, response: httpx.Response, start: float, state: dict) -> Result:
+    """A 200 answer: its termination reason, token count and text (into state["text"])."""
+    if not plan.stream:
+        data = json.loads(await response.aread())
+        choice = data["choices"][0]
+        state["text"] = _choice_text(choice)
+        reason = choice["termination"]["reason"]
+        return Result(plan.kind, f"completed/{reason}", 200, False, None, time.perf_counter() - start,
+                      int(data["usage"]["completion_tokens"]))
+    reason, tokens, parts = None, None, []
+    async for event in sse_events(response.aiter_lines()):
+        if event is None:  # [DONE]
+            if reason is None or tokens is None:
+                raise Malformed("stream ended without a finish_reason or a usage chunk")
+            state["text"] = "".join(parts)
+            return Result(plan.kind, f"completed/{reason}", 200, True, state["ttft"], time.perf_counter() - start,
+                          tokens)
+        if "error" in event:
+            return Result(plan.kind, "error/stream", 200, True, state["ttft"], code=event["error"].get("code"))
+        if event.get("usage"):
+            tokens = int(event["usage"]["completion_tokens"])
+        if "usage" not in event and not isinstance(event.get("choices"), list):
+            raise Malformed("an event with neither choices nor usage")
+        for choice in event.get("choices") or []:
+            text = _choice_text(choice)
+            parts.append(text)
+            if text and state["ttft"] is None:
+                state["ttft"] = time.perf_counter() - start
+            if choice.get("finish_reason"):
+                reason = choice["termination"]["reason"]
+    return Result(plan.kind, "error/transport", 200, True, state["ttft"], code="stream ended without [DONE]")
 
 
 async def _drain(client: httpx.AsyncClient, limit: float) -> tuple[dict, bool]:
@@ -202,7 +249,7 @@ async def _drain(client: httpx.AsyncClient, limit: float) -> tuple[dict, bool]:
     deadline = time.monotonic() + limit
     while True:
         samples = parse_metrics((await client.get("/metrics")).text)
-        idle = all(samples.get((n, ()), 0.0) == 0 for n in
+        idle = all(samples.get((n, ())) == 0 for n in
                    ("haltwise_requests_running", "haltwise_requests_waiting", "haltwise_kv_blocks_used"))
         if idle or time.monotonic() > deadline:
             return samples, idle
@@ -236,7 +283,8 @@ async def run_stress(cfg: StressConfig) -> dict[str, Any]:
         await asyncio.gather(*(one_client(i) for i in range(cfg.clients)))
         wall = time.monotonic() - start
         after, drained = await _drain(client, cfg.drain_timeout)
-    return build_report(results, issued, wall, asdict(cfg), before, after, drained)
+    return build_report(results, issued, wall, asdict(cfg), before, after, drained,
+                        cfg.max_refused_share, cfg.deadline_slack_s)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -255,6 +303,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--deadline-rate", type=float, default=0.15, help="share of requests with a short `timeout`")
     a("--drain-timeout", type=float, default=120.0, help="seconds to wait for the server to go idle")
     a("--seed", type=int, default=0)
+    a("--max-refused-share", type=float, default=0.5,
+      help="fail when more than this share of the answered valid requests is refused (429/503/4xx)")
+    a("--deadline-slack", type=float, default=5.0, help="seconds a deadline may be overrun before it fails")
     a("--json", default=None, metavar="PATH", help="write the report as JSON")
 
 
@@ -266,7 +317,8 @@ def run(args: argparse.Namespace) -> int:
     cfg = StressConfig(args.url.rstrip("/"), args.clients, args.duration, args.requests, args.max_tokens,
                        args.stream_rate, disconnect_rate=args.disconnect_rate, invalid_rate=args.invalid_rate,
                        oversize_rate=args.oversize_rate, deadline_rate=args.deadline_rate,
-                       drain_timeout=args.drain_timeout, seed=args.seed)
+                       drain_timeout=args.drain_timeout, seed=args.seed, max_refused_share=args.max_refused_share,
+                       deadline_slack_s=args.deadline_slack)
     try:
         report = asyncio.run(run_stress(cfg))
     except (httpx.HTTPError, OSError, KeyError, ValueError) as e:  # no server there, or not a haltwise one

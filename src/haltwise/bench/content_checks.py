@@ -1,0 +1,96 @@
+"""Where an answer's content ends, judged from the text alone, per kind of prompt (eval-stops' yardstick).
+
+A checker is independent of the stop strategies it judges (no stop preset code is used): it reads a
+text and returns the character offset at which the answer asked for is complete, or None when the
+text never completes it. The prompt set stores each prompt's check (`"check": {"type": ..., ...}`):
+
+  type       content end
+  sentence   after the first sentence ('.', '!' or '?' then whitespace or the end) or the first line
+             end after some text, whichever comes first; a text with neither that the model ended
+             itself (eos) ends where it ends
+  items      after the n-th item line ("items": n): a non-empty line not ending in ':' (an
+             introduction such as "Here are five fruits:" is not an item)
+  json       after the first complete JSON value, decoded from the first '{' or '['
+  code       after the closing fence of the first fenced (```) block
+  turn       before the first line that opens another speaker's turn ("User:", "Customer:", ...);
+             a reply the model ended itself (eos) with no such line ends where it ends
+  endless    never (loop prompts: the request itself has no end; judged by tokens spent)
+"""
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Callable
+
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+_FENCE = re.compile(r"^[ \t]*```", re.MULTILINE)
+_SPEAKER = re.compile(r"\n[ \t]*(?:User|Customer|Human|Assistant|Shopkeeper|Me|You)[ \t]*:", re.IGNORECASE)
+
+
+def _sentence(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    body = len(text) - len(text.lstrip())
+    ends = []
+    if m := _SENTENCE_END.search(text, body):
+        ends.append(m.end())
+    newline = text.find("\n", body)
+    if newline >= 0:
+        ends.append(newline)
+    if ends:
+        return min(ends)
+    return len(text.rstrip()) if ended_by_eos and text.strip() else None
+
+
+def _items(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    want, seen, pos = int(check["items"]), 0, 0
+    for line in text.split("\n"):
+        end = pos + len(line)
+        if line.strip() and not line.rstrip().endswith(":"):
+            seen += 1
+            if seen == want:
+                # the last item is complete once its line ends (or the model ended the text there)
+                return end if end < len(text) or ended_by_eos else None
+        pos = end + 1
+    return None
+
+
+def _json(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
+    if not starts:
+        return None
+    try:
+        _, end = json.JSONDecoder().raw_decode(text, min(starts))
+    except ValueError:
+        return None
+    return end
+
+
+def _code(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    fences = list(_FENCE.finditer(text))
+    if len(fences) < 2:
+        return None
+    close = fences[1]
+    return close.end()
+
+
+def _turn(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    if m := _SPEAKER.search(text):
+        return m.start() if text[:m.start()].strip() else None
+    return len(text.rstrip()) if ended_by_eos and text.strip() else None
+
+
+def _endless(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    return None
+
+
+CHECKERS: dict[str, Callable[[str, dict[str, Any], bool], int | None]] = {
+    "sentence": _sentence, "items": _items, "json": _json, "code": _code, "turn": _turn, "endless": _endless}
+
+
+def content_end(check: dict[str, Any], text: str, ended_by_eos: bool) -> int | None:
+    """The character offset where the content asked for is complete in `text`, or None."""
+    return CHECKERS[check["type"]](text, check, ended_by_eos)
+
+
+def json_value_ok(text: str) -> bool:
+    """A client extracting JSON gets a value: decoded from the first '{' or '[' (text after it is ignored)."""
+    return _json(text, {}, False) is not None
