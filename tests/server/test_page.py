@@ -161,16 +161,90 @@ def test_page_helpers(browser: Browser, tiny_url: str) -> None:
               m = await import('/ui/metrics.js');
         return {
           commas: p.parseStops('., END ,\\\\n'), lines: p.parseStops('a, b\\nc'), escaped: p.parseStops('x\\\\,y'),
-          empty: p.parseStops('  '),
+          empty: p.parseStops(''), spaces: p.parseStops('  '), gaps: p.parseStops('a\\n\\nb\\n'),
           loop: t.repeatingSpan('intro: ab ab ab ab ab', 4), none: t.repeatingSpan('abcdef', 4),
           prom: m.parsePrometheus('# HELP x\\nhaltwise_requests_finished_total{finish_reason="stop",termination_reason="eos"} 3.0\\nup 1'),
         }; }""")
     assert got["commas"] == [".", "END", "\n"]
     assert got["lines"] == ["a, b", "c"]
     assert got["escaped"] == ["x,y"] and got["empty"] == []
+    assert got["spaces"] == ["  "] and got["gaps"] == ["a", "b"]   # one line without commas: verbatim
     assert got["loop"] == {"start": 6, "period": 3}   # " ab" x5, from the space after "intro:"
     assert got["none"] is None
     assert got["prom"][0] == {"name": "haltwise_requests_finished_total", "value": 3,
                               "labels": {"finish_reason": "stop", "termination_reason": "eos"}}
     assert got["prom"][1]["name"] == "up"
+    page.close()
+
+
+def test_stop_string_kept_in_output_is_marked_not_struck(browser: Browser, tiny_url: str) -> None:
+    page = browser.open(tiny_url)
+    page.click("[data-mode=completion]")
+    set_params(page, max_tokens=200, ignore_eos=True, loops=False, temperature=0.8, seed=1, stop=" ",
+               include_stop_str_in_output=True)
+    page.fill("[data-testid=prompt]", "once upon a time")
+    page.click("[data-testid=send]")
+    view = finished(page)
+    answer = page.text_content("[data-testid=output]")
+    assert "stop_string" in view and "kept at the end" in view
+    assert answer.endswith(" ") and answer.count(" ") == 1        # the earliest space, kept
+    assert page.text_content("[data-testid=termination] mark.kept") == " "
+    assert page.query_selector("[data-testid=termination] del") is None
+    page.close()
+
+
+# Synthetic final states for the renderer: every reason a user can meet, drawn side by side.
+GALLERY = [
+    ("Hello there!", {"reason": "eos", "layer": "model", "detail": "eos token 2 at token 3", "token_index": 3,
+                      "char_offset": 12, "finish_reason": "stop", "stop_reason": None}, {}, "del", "⟨eos⟩"),
+    ("first line", {"reason": "stop_string", "layer": "business", "detail": "stop preset line at char 10",
+                    "token_index": 2, "char_offset": 10, "finish_reason": "stop", "stop_reason": "line"},
+     {}, "del", "⏎"),
+    ('{"a": 1}', {"reason": "stop_string", "layer": "business", "detail": "stop preset json at char 0",
+                  "token_index": 5, "char_offset": 8, "finish_reason": "stop", "stop_reason": "json"},
+     {}, ".edge", "┃"),
+    ("Answer: 42 END", {"reason": "stop_string", "layer": "business", "detail": 'stop string "END" at char 11',
+                        "token_index": 6, "char_offset": 14, "finish_reason": "stop", "stop_reason": "END"},
+     {"include_stop_str_in_output": True}, "mark.kept", "END"),
+    ("abc", {"reason": "stop_token", "layer": "business", "detail": "stop token 7 at token 2", "token_index": 2,
+             "char_offset": 3, "finish_reason": "stop", "stop_reason": 7}, {}, "del", "⟨token 7⟩"),
+    ("so it goes", {"reason": "context_limit", "layer": "engine", "token_index": 11, "char_offset": 10,
+                    "detail": "context window 512 reached (500 prompt + 12 output tokens)",
+                    "finish_reason": "length", "stop_reason": None}, {}, ".tokens i.c", ""),
+    ("slow", {"reason": "timeout", "layer": "system", "detail": "deadline of 0.5s passed", "token_index": 1,
+              "char_offset": 4, "finish_reason": "length", "stop_reason": None}, {}, ".note", "deadline"),
+]
+STREAM_ERRORS = [
+    {"source": "stream-error", "reason": "error", "layer": "system", "detail": "generation failed: boom"},
+    {"source": "stream-error", "reason": "cancelled", "layer": "system",
+     "detail": "request cancelled by the server: server shutting down"},
+]
+
+
+def test_every_reason_has_a_view(browser: Browser, tiny_url: str) -> None:
+    page = browser.open(tiny_url)
+    cases = [{"text": t, "end": {"source": "server", **e}, "body": {"max_tokens": 64, **b}} for t, e, b, *_ in GALLERY]
+    cases += [{"text": "partial", "end": e, "body": {}} for e in STREAM_ERRORS]
+    views = page.evaluate("""async (cases) => {
+        const t = await import('/ui/termination.js');
+        const box = document.getElementById('transcript');
+        box.replaceChildren();
+        return cases.map((c) => {
+          const turn = document.createElement('div'), out = document.createElement('div'),
+                term = document.createElement('div');
+          turn.className = 'turn answer'; out.className = 'output'; out.textContent = c.text;
+          turn.append(out, term); box.append(turn);
+          t.renderTermination(term, c.end, {text: c.text, body: c.body, window: 512,
+                                            usage: {prompt_tokens: 500, completion_tokens: 12}, timing: null});
+          return {text: term.innerText, html: term.innerHTML, out: out.textContent};
+        }); }""", cases)
+    for (text, end, _, selector, marker), view in zip(GALLERY, views):
+        assert end["reason"] in view["text"] and f"layer {end['layer']}" in view["text"]
+        assert view["out"] == text                          # the view never writes into the answer
+        assert marker in view["text"] or selector.startswith(".tokens"), (end["reason"], view["text"])
+    assert "error event" in views[-2]["text"] and "boom" in views[-2]["text"]
+    assert "cancelled" in views[-1]["text"] and "shutting down" in views[-1]["text"]
+    for i, sel in enumerate(s for *_, s, _ in GALLERY):
+        assert page.query_selector(f"#transcript .turn:nth-child({i + 1}) {sel}") is not None, sel
+    shot(page, "11-every-reason")
     page.close()

@@ -6,7 +6,8 @@ import { sseData } from "./sse.js";
 import { renderTermination } from "./termination.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { mode: "chat", messages: [], busy: false, controller: null, model: null, window: 0 };
+const state = { mode: "chat", messages: [], busy: false, controller: null, model: null, window: 0,
+  refreshMetrics: () => {} };
 const KEY_STORE = "haltwise.apiKey";  // sessionStorage: the key stays in this tab
 
 function authHeaders() {
@@ -127,7 +128,7 @@ async function send() {
     if (!r.ok) {
       let err = { message: r.statusText };
       try { err = (await r.json()).error || err; } catch (e) { /* not JSON */ }
-      end = { ...fromError(err, "http"), reason: "rejected", status: r.status };
+      end = { ...fromError(err, "http"), reason: "rejected", layer: "request", status: r.status };
       if (r.status === 401) notice("Incorrect or missing API key: enter it at the top right.");
     } else {
       for await (const data of sseData(r)) {
@@ -138,9 +139,10 @@ async function send() {
         const c = ev.choices[0];
         const delta = chat ? (c.delta && c.delta.content) || "" : c.text || "";
         if (delta) {
-          if (firstAt === null) { firstAt = performance.now(); $("status").textContent = "streaming…"; }
+          if (firstAt === null) { firstAt = performance.now(); state.refreshMetrics(); }
           answer += delta;
           output.textContent = answer;
+          $("status").textContent = `streaming… ${answer.length} characters`;
         }
         if (c.termination) {
           end = { source: "server", ...c.termination, finish_reason: c.finish_reason, stop_reason: c.stop_reason };
@@ -167,6 +169,7 @@ async function send() {
   turn.scrollIntoView({ block: "end" });
   state.controller = null;
   setBusy(false);
+  setTimeout(state.refreshMetrics, 150);  // the server's counters move once it has seen the end
   $("status").textContent = "";
 }
 
@@ -186,7 +189,7 @@ function init() {
   rf.addEventListener("change", () => { $("params").elements.schema.hidden = rf.value !== "json_schema"; });
   setMode("chat");
   loadModel();
-  pollMetrics(1000);
+  state.refreshMetrics = pollMetrics(1000);
 }
 
 init();

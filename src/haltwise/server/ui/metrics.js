@@ -55,21 +55,28 @@ export function renderMetrics(samples) {
   if (!byReason.size) list.innerHTML = `<li class="muted">none yet</li>`;
 }
 
-// Poll every `periodMs`; a failed scrape greys the panel instead of throwing.
+// Poll every `periodMs`; returns `refresh()` for an immediate scrape (on send and on finish).
+// A failed scrape greys the panel instead of throwing. Only the latest scrape schedules the next.
 export function pollMetrics(periodMs = 1000) {
   const age = document.getElementById("metrics-age");
+  const panel = document.getElementById("metrics");
+  let timer = null, generation = 0;
   const tick = async () => {
+    const mine = ++generation;
+    clearTimeout(timer);
     try {
       const r = await fetch("/metrics", { cache: "no-store" });
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
-      renderMetrics(parsePrometheus(await r.text()));
+      const text = await r.text();
+      if (mine === generation) renderMetrics(parsePrometheus(text));
       age.textContent = "live";
-      document.getElementById("metrics").classList.remove("stale");
+      panel.classList.remove("stale");
     } catch (e) {
       age.textContent = "unreachable";
-      document.getElementById("metrics").classList.add("stale");
+      panel.classList.add("stale");
     }
-    setTimeout(tick, periodMs);
+    if (mine === generation) timer = setTimeout(tick, periodMs);
   };
   tick();
+  return tick;
 }

@@ -1,11 +1,13 @@
 // The parameters panel -> request body fields. Only fields the user set are sent, so the server's
 // defaults (SamplingParams) apply otherwise. Throws Error with a message for values it cannot send.
 
-// Stop strings: one per line; a single line is split at commas. Escapes \n \t \, \\ .
+// Stop strings: one per line, taken verbatim; a single line with commas is split at them (items
+// trimmed); a single line without commas is one stop string, verbatim (so " " is a space).
+// Escapes: \n \t \, \\ . Empty items are dropped.
 export function parseStops(text) {
   const raw = text.replace(/\r/g, "");
-  if (!raw.trim()) return [];
-  const items = raw.includes("\n") ? raw.split("\n") : splitCommas(raw);
+  if (raw === "") return [];
+  const items = raw.includes("\n") ? raw.split("\n") : /(^|[^\\]),/.test(raw) ? splitCommas(raw) : [raw];
   return items.map(unescapeStop).filter((s) => s.length > 0);
 }
 

@@ -40,6 +40,7 @@ function excerptBefore(text, end) {
 }
 
 function layerStrip(layer) {
+  if (!LAYERS.includes(layer)) return null;  // a rejected request never reached a layer
   return h("ol", { class: "layers", "aria-label": "termination layers, strongest first" },
     ...LAYERS.map((l) => h("li", { class: l === layer ? `on layer-${l}` : "" }, l)));
 }
@@ -152,7 +153,7 @@ function systemView(end, ctx) {
 export function renderTermination(el, end, ctx) {
   const head = h("div", { class: "head" },
     h("span", { class: `badge layer-${end.layer}` }, end.reason),
-    h("span", { class: "muted" }, `layer ${end.layer}`),
+    h("span", { class: "muted" }, LAYERS.includes(end.layer) ? `layer ${end.layer}` : "no layer: nothing was generated"),
     end.source === "server" ? h("span", { class: "muted" }, `finish_reason ${end.finish_reason ?? "null"}`) : null,
     ctx.timing ? h("span", { class: "muted timing" }, ctx.timing) : null);
   const body = [head, layerStrip(end.layer), h("p", { class: "why" }, WHY[end.reason] || "")];
@@ -170,5 +171,5 @@ export function renderTermination(el, end, ctx) {
     body.push(...tokenBar(end, ctx));
   }
   el.className = `termination layer-${end.layer}`;
-  el.replaceChildren(...body);
+  el.replaceChildren(...body.filter(Boolean));
 }
