@@ -248,3 +248,22 @@ def test_every_reason_has_a_view(browser: Browser, tiny_url: str) -> None:
         assert page.query_selector(f"#transcript .turn:nth-child({i + 1}) {sel}") is not None, sel
     shot(page, "11-every-reason")
     page.close()
+
+
+def test_chat_is_multi_turn(browser: Browser, tiny_url: str) -> None:
+    page = browser.open(tiny_url)
+    bodies: list[dict] = []
+    page.on("request", lambda r: bodies.append(json.loads(r.post_data)) if r.method == "POST" else None)
+    set_params(page, max_tokens=8, ignore_eos=True)
+    page.fill("#system", "You are terse.")
+    for i, question in enumerate(("first question", "second question")):
+        page.fill("[data-testid=prompt]", question)
+        page.press("[data-testid=prompt]", "Enter")
+        page.wait_for_selector(f".turn.answer:nth-of-type({2 * i + 2}) .termination .badge")
+    first_answer = page.text_content(".turn.answer .output")
+    assert [m["role"] for m in bodies[1]["messages"]] == ["system", "user", "assistant", "user"]
+    assert bodies[1]["messages"][2]["content"] == first_answer and bodies[1]["stream"] is True
+    assert page.locator("[data-testid=output]").count() == 1   # the hooks follow the latest answer
+    page.click("#clear")
+    assert page.locator(".turn").count() == 0
+    page.close()
