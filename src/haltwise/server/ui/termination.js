@@ -146,7 +146,8 @@ function systemView(end, ctx) {
       return `No answer from the server: ${end.detail}`;
     default:
       return end.reason === "timeout"
-        ? `${end.detail}; ${n} characters came back, finish_reason is "length".` : null;
+        ? `${n} characters came back before the deadline; finish_reason is "length": the text is cut, not complete.`
+        : null;
   }
 }
 
@@ -163,6 +164,11 @@ export function renderTermination(el, end, ctx) {
   if (end.source === "server") {
     if (end.reason === "stop_string") body.push(...stopCut(end, ctx));
     if (end.reason === "repetition") body.push(...loopView(end, ctx));
+    if (["max_tokens", "context_limit", "timeout"].includes(end.reason)) {
+      body.push(h("div", { class: "where" }, h("span", { class: "label" }, "cut"),
+        h("p", { class: "cut" }, h("span", {}, excerptBefore(ctx.text, ctx.text.length)),
+          h("span", { class: "edge limit" }, "┃"), h("span", { class: "muted" }, ` cut after token #${end.token_index}`))));
+    }
     if (end.reason === "eos" || end.reason === "stop_token") {
       const what = end.reason === "eos" ? "⟨eos⟩" : `⟨token ${end.stop_reason}⟩`;
       body.push(h("div", { class: "where" }, h("span", { class: "label" }, "end"),
