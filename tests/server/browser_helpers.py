@@ -41,12 +41,17 @@ def _ready(url: str) -> bool:
         return False
 
 
-def serve(*args: str, start_limit: float = 300.0) -> Iterator[str]:
-    """Run `haltwise serve ARGS` on a free loopback port; yield its base URL; stop it afterwards."""
+def serve(*args: str, faults: str = "", start_limit: float = 300.0) -> Iterator[str]:
+    """Run `haltwise serve ARGS` on a free loopback port; yield its base URL; stop it afterwards.
+
+    faults: HALTWISE_FAULTS for the server (engine/faults.py), e.g. a stall on every step so that a
+    fast machine still streams slowly enough for a click to land mid-stream.
+    """
     port = _free_port()
+    env = {**os.environ, "HALTWISE_FAULTS": faults} if faults else None
     url = f"http://127.0.0.1:{port}"
     proc = subprocess.Popen([sys.executable, "-m", "haltwise.cli", "serve", "--host", "127.0.0.1",
-                             "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                             "--port", str(port), *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
     try:
         if not wait_until(lambda: proc.poll() is None and _ready(url), start_limit):
             proc.kill()

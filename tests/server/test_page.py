@@ -21,9 +21,14 @@ UI_FILES = ("/", "/ui/style.css", "/ui/app.js", "/ui/sse.js", "/ui/params.js", "
             "/ui/metrics.js")
 
 
+# At least 4 ms per engine step (at most 250 tokens/s): cancel and timeout land mid-stream on any machine.
+PACED = "stall@1-100000:0.004"
+
+
 @pytest.fixture(scope="module")
 def tiny_url() -> Iterator[str]:
-    yield from serve("--tiny", "--served-model-name", "tiny", "--threads", "1", "--kv-cache-memory", "16MiB")
+    yield from serve("--tiny", "--served-model-name", "tiny", "--threads", "1", "--kv-cache-memory", "16MiB",
+                     faults=PACED)
 
 
 @pytest.fixture(scope="module")
