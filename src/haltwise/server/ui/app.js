@@ -165,7 +165,11 @@ async function send() {
   if (!answer) output.classList.add("nothing");
   renderTermination(term, end, { text: answer, usage, window: state.window, body, timing });
   if (chat && answer) state.messages.push({ role: "assistant", content: answer });
-  else if (chat) { state.messages.pop(); userTurn.classList.add("unanswered"); }  // resend it after a fix
+  else if (chat) {  // nothing came back: drop the message from the history, give it back to edit and resend
+    state.messages.pop();
+    userTurn.classList.add("unanswered");
+    if (!$("prompt").value) $("prompt").value = text;
+  }
   turn.scrollIntoView({ block: "end" });
   state.controller = null;
   setBusy(false);
