@@ -5,6 +5,7 @@ Screenshots of each state are kept in out/ui-screenshots/ (see browser_helpers).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 from typing import Iterator
 
@@ -274,3 +275,18 @@ def test_chat_is_multi_turn(browser: Browser, tiny_url: str) -> None:
     page.click("#clear")
     assert page.locator(".turn").count() == 0
     page.close()
+
+
+def test_engine_failure_mid_stream_is_explained(browser: Browser) -> None:
+    """A real engine failure (an injected exception on the 5th model step) ends the stream with an error event."""
+    with contextlib.contextmanager(serve)("--tiny", "--served-model-name", "tiny", "--threads", "1",
+                                          "--kv-cache-memory", "16MiB", faults=f"{PACED};raise@5") as url:
+        page = browser.open(url)
+        set_params(page, max_tokens=100, ignore_eos=True, loops=False)
+        page.fill("[data-testid=prompt]", "hello")
+        page.click("[data-testid=send]")
+        view = finished(page)
+        assert "error" in view and "layer system" in view and "error event" in view, view
+        assert "injected failure" in view
+        shot(page, "12-engine-error")
+        page.close()
