@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test bench-setup clean
+.PHONY: setup serve test browser bench-setup clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -22,8 +22,14 @@ setup: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/haltwise serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP)
+test: $(STAMP) browser
 	$(BIN)/python -m pytest tests
+
+# Debian's chromium for the page tests (tests/server/test_page*.py drive it with Playwright; they skip,
+# saying why, where it cannot be installed). Never `playwright install`: that downloads browsers.
+browser:
+	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
+		|| echo "make: chromium could not be installed; the page tests will be skipped"
 
 # The llama-cpp-python peer for `haltwise bench peers` (optional; compiles llama.cpp, ~13 min on 2 cores).
 # Its default build dies with "Illegal instruction" on these CPUs (AMX path): build it without AMX.

@@ -19,6 +19,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from haltwise.server.api import ServerState, router
 from haltwise.server.errors import error_body, install_error_handlers
 from haltwise.server.metrics import ServerMetrics
+from haltwise.server.page import install_page
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
@@ -88,11 +89,12 @@ class ApiKey:
 
 def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_content: bool = False,
-              manage_engine: bool = True, shutdown_grace: float = 10.0) -> FastAPI:
+              manage_engine: bool = True, shutdown_grace: float = 10.0, ui: bool = True) -> FastAPI:
     """The haltwise ASGI app around `engine` (an AsyncEngine).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
     on app shutdown. Tests that share one engine between apps pass False and manage it themselves.
+    ui: serve the playground page at / (server/page.py; the page is public, its API calls are not).
     """
     metrics = ServerMetrics(engine.stats)
     state = ServerState(engine=engine, served_model_name=served_model_name, metrics=metrics,
@@ -115,6 +117,8 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     app.state.metrics = metrics
     app.include_router(router)
     install_error_handlers(app)
+    if ui:
+        install_page(app)
     app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
     if api_key:  # added last = outermost: unauthenticated bodies are never buffered
         app.add_middleware(ApiKey, api_key=api_key, metrics=metrics)

@@ -35,6 +35,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-header-bytes", type=parse_memory, default=64 * 1024, help="request line + headers limit")
     a("--shutdown-grace", type=float, default=10.0, help="seconds in-flight requests get on SIGTERM")
     a("--log-content", action="store_true", help="log prompt and output text (off by default)")
+    a("--no-ui", action="store_true", help="do not serve the playground page at /")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -46,7 +47,7 @@ def run(args: argparse.Namespace) -> int:
                                default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog)
     print(f"haltwise: {engine.describe()}", flush=True)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
-                    log_content=args.log_content, shutdown_grace=args.shutdown_grace)
+                    log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui)
     config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", log_level="info",
                             h11_max_incomplete_event_size=args.max_header_bytes,
                             timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))
