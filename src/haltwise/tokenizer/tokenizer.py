@@ -52,6 +52,10 @@ class Tokenizer:
         # Exactly the ids that decode(skip_special_tokens=True) drops.
         self.special_token_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
         self.is_byte_level: bool = isinstance(backend.decoder, decoders.ByteLevel)
+        # SentencePiece byte-fallback pieces "<0x00>".."<0xFF>" (a run of them decodes as one UTF-8 string).
+        self.byte_fallback_ids: frozenset[int] = frozenset(
+            i for b in range(256) if (i := backend.token_to_id(f"<0x{b:02X}>")) is not None
+        ) if getattr(backend.model, "byte_fallback", False) else frozenset()
         self._token_bytes: list[bytes] | None = None  # filled on first use (byte-level only)
         self.build_source: str = "built"  # "cache" when from_gguf read a cached build
         self.build_seconds: float = 0.0   # construction time in from_gguf / from_gguf_metadata
