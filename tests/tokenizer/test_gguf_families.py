@@ -116,3 +116,12 @@ def test_live_transformers_equals_ours(ours, family):
         assert ours[family].decode(ids, skip_special_tokens=False) == hf.decode(ids, skip_special_tokens=False)
 
     check()
+
+    if family == "qwen2":  # the chat template through transformers' own apply_chat_template
+        from tests.tokenizer.test_chat_template import QWEN_TWO_TURNS, TOOL_CALL_TURNS, TOOLS
+
+        for messages, kw in ((QWEN_TWO_TURNS, {}), (TOOL_CALL_TURNS, {"tools": TOOLS})):
+            text = ours[family].apply_chat_template(messages, **kw)
+            assert text == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
+            assert ours[family].encode(text, add_special_tokens=False) == list(
+                hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False, **kw))

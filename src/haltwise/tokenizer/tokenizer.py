@@ -60,6 +60,7 @@ class Tokenizer:
         self.build_source: str = "built"  # "cache" when from_gguf read a cached build
         self.build_seconds: float = 0.0   # construction time in from_gguf / from_gguf_metadata
         template_tokens = {"bos_token": bos_token, "eos_token": eos_token, **(extra_template_tokens or {})}
+        self._template_tokens = template_tokens
         self.chat_template: ChatTemplate | None = (
             ChatTemplate(chat_template, template_tokens) if chat_template else None)
 
@@ -160,8 +161,13 @@ class Tokenizer:
                             **extra: Any) -> str:
         """The rendered chat prompt; encode it with add_special_tokens=False (see chat.py)."""
         if self.chat_template is None:
-            raise ValueError("this model has no chat template; use the completions endpoint")
+            raise ValueError("this model has no chat template (e.g. a base model): use /v1/completions with "
+                             "a plain prompt, or start the server with --chat-template FILE")
         return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
+
+    def set_chat_template(self, template: str) -> None:
+        """Replace (or supply, for a file without one) the chat template. ValueError if it does not compile."""
+        self.chat_template = ChatTemplate(template, self._template_tokens)
 
 
 def build_gguf_backend(meta: Mapping[str, Any]) -> tuple[_HFTokenizer, dict[str, Any]]:
