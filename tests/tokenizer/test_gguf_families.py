@@ -125,3 +125,12 @@ def test_live_transformers_equals_ours(ours, family):
             assert text == hf.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kw)
             assert ours[family].encode(text, add_special_tokens=False) == list(
                 hf.apply_chat_template(messages, tokenize=True, add_generation_prompt=True, return_dict=False, **kw))
+
+
+def test_eos_sets(ours):
+    """SPEC §2: the tokenizer's eos plus the vocabulary's end-of-generation control tokens."""
+    gemma, qwen = ours["gemma3"], ours["qwen2"]
+    assert gemma.eos_token_ids() == {gemma.token_to_id("<eos>"), gemma.token_to_id("<end_of_turn>")} == {1, 106}
+    assert qwen.eos_token_ids() == {qwen.token_to_id("<|im_end|>"), qwen.token_to_id("<|endoftext|>")} \
+        == {151645, 151643}
+    assert qwen.eos_token_id == 151645
