@@ -68,3 +68,15 @@ def test_hf_config_json_saved_by_transformers(tmp_path, capsys):
     assert (llm.engine.model_config.num_layers, llm.engine.model_config.head_dim) == (3, 16)
     e = _check(llm.engine, "float32", capsys, "--model", str(tmp_path / "config.json"))
     assert e["bytes_per_token"] == 2 * 3 * 2 * 16 * 4
+
+
+def test_sliding_info_names_the_sliding_layers():
+    from types import SimpleNamespace
+
+    from haltwise.tools.kv_estimate import sliding_info
+
+    gemma_like = SimpleNamespace(sliding_window=512, layer_types=("sliding_attention",) * 5 + ("full_attention",))
+    assert sliding_info(gemma_like) == {"sliding_layers": 5, "sliding_window": 512}
+    assert sliding_info(SimpleNamespace()) == {"sliding_layers": 0, "sliding_window": None}
+    assert sliding_info(SimpleNamespace(sliding_window=4096, layer_types=None)) == {"sliding_layers": 0,
+                                                                                   "sliding_window": None}

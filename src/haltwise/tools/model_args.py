@@ -11,7 +11,7 @@ from haltwise.engine.kv_cache import parse_memory
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None, help="GGUF file, Hugging Face directory, or a named model: "
                    "smollm2-135m (default), gemma3-270m, qwen2.5-coder-0.5b")
-    p.add_argument("--chat-template", type=_chat_template_file, default=None, metavar="FILE",
+    p.add_argument("--chat-template", type=chat_template_file, default=None, metavar="FILE",
                    help="Jinja chat template (.jinja, or a JSON with \"chat_template\") replacing the model's; "
                         "needed for chat with a model whose file has none, e.g. gemma3-270m (base)")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
@@ -36,7 +36,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
-def _chat_template_file(path: str) -> str:
+def chat_template_file(path: str) -> str:
+    """argparse type of --chat-template: the template text of FILE (compiled once to check it)."""
     from haltwise.tokenizer.chat import load_chat_template
 
     try:
