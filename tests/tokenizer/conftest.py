@@ -39,3 +39,19 @@ def tempest_chunk() -> str:
     with open(LONGTEXT, encoding="utf-8") as f:
         text = f.read()
     return text[20000:32000]
+
+
+@pytest.fixture(scope="session")
+def gemma() -> Tokenizer:
+    """Our tokenizer of the real Gemma 3 270M GGUF (from the build cache after the first build)."""
+    from haltwise.models.catalog import resolve_model
+
+    return Tokenizer.from_gguf(resolve_model("gemma3-270m", progress=None))
+
+
+@pytest.fixture(scope="session")
+def qwen() -> Tokenizer:
+    """Our tokenizer of the real Qwen2.5-Coder-0.5B-Instruct GGUF."""
+    from haltwise.models.catalog import resolve_model
+
+    return Tokenizer.from_gguf(resolve_model("qwen2.5-coder-0.5b", progress=None))

@@ -124,7 +124,7 @@ def test_from_hf_dir_matches_transformers(smol, hf_smol, tmp_path):
     assert local.is_byte_level
 
 
-def test_from_gguf_rejects_non_bpe(tmp_path):
-    meta = {"tokenizer.ggml.model": "llama", "tokenizer.ggml.tokens": ["<s>"]}
-    with pytest.raises(ValueError, match="not supported"):
+def test_from_gguf_rejects_other_tokenizer_models(tmp_path):
+    meta = {"tokenizer.ggml.model": "rwkv", "tokenizer.ggml.tokens": ["<s>"]}
+    with pytest.raises(ValueError, match="'rwkv' is not supported.*gpt2, llama"):
         Tokenizer.from_gguf_metadata(meta)

@@ -71,3 +71,25 @@ def test_reads_stdin_and_prints_a_table(monkeypatch, capsys):
     assert main(["count-tokens", "--tiny"]) == 0
     out = capsys.readouterr().out
     assert "prompt_tokens" in out and "window: 512" in out
+
+
+@pytest.fixture(scope="module")
+def gemma_and_qwen():
+    from haltwise.models.catalog import resolve_model
+    from haltwise.tokenizer.tokenizer import Tokenizer
+
+    return (Tokenizer.from_gguf(resolve_model("gemma3-270m", progress=None)),
+            Tokenizer.from_gguf(resolve_model("qwen2.5-coder-0.5b", progress=None)))
+
+
+def test_count_with_sentencepiece_and_qwen(gemma_and_qwen, tmp_path):
+    gemma, qwen = gemma_and_qwen
+    counted = count(TEXT, gemma, 32768)
+    assert counted["prompt_tokens"] == len(gemma.encode(TEXT)) == counted["text_tokens"] + 1  # + <bos>
+    assert counted["special_tokens"] == 1
+    with pytest.raises(ValueError, match="no chat template"):  # Gemma 3 270M is a base model
+        count(TEXT, gemma, 32768, chat=True)
+    chat = count(TEXT, qwen, 32768, chat=True)
+    assert chat["prompt_tokens"] == len(qwen.encode(qwen.apply_chat_template([{"role": "user", "content": TEXT}]),
+                                                   add_special_tokens=False))
+    assert chat["special_tokens"] == 6  # 2 per system and user turn, the generation prompt, and TEXT's <|im_start|>

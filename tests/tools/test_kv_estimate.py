@@ -32,7 +32,9 @@ def _check(engine, dtype, capsys, *model_flags):
     argv = ["kv-estimate", *model_flags, "--dtype", dtype, "--memory", MEMORY, "--seq-len", "1000",
             "--batch", "4", "--json"]
     assert main(argv) == 0
-    assert json.loads(capsys.readouterr().out) == e
+    out = json.loads(capsys.readouterr().out)
+    assert {k: out[k] for k in e} == e
+    assert set(out) - set(e) <= {"sliding_layers", "sliding_window"}  # only with the model's own config
     return e
 
 
@@ -68,3 +70,15 @@ def test_hf_config_json_saved_by_transformers(tmp_path, capsys):
     assert (llm.engine.model_config.num_layers, llm.engine.model_config.head_dim) == (3, 16)
     e = _check(llm.engine, "float32", capsys, "--model", str(tmp_path / "config.json"))
     assert e["bytes_per_token"] == 2 * 3 * 2 * 16 * 4
+
+
+def test_sliding_info_names_the_sliding_layers():
+    from types import SimpleNamespace
+
+    from haltwise.tools.kv_estimate import sliding_info
+
+    gemma_like = SimpleNamespace(sliding_window=512, layer_types=("sliding_attention",) * 5 + ("full_attention",))
+    assert sliding_info(gemma_like) == {"sliding_layers": 5, "sliding_window": 512}
+    assert sliding_info(SimpleNamespace()) == {"sliding_layers": 0, "sliding_window": None}
+    assert sliding_info(SimpleNamespace(sliding_window=4096, layer_types=None)) == {"sliding_layers": 0,
+                                                                                   "sliding_window": None}

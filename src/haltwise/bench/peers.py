@@ -71,7 +71,9 @@ def run(args: argparse.Namespace) -> int:
                           tuple(args.concurrency or sizes.concurrency), sizes.server_prompt_chars)
     repeats = args.repeats or (1 if args.quick or args.tiny else 3)
     progress = Progress()
-    gguf = args.model or str(common.default_gguf())
+    from haltwise.models.catalog import resolve_model
+
+    gguf = str(resolve_model(args.model))  # a named model -> its file, which llama-server loads too
     options = common.parse_engine_options(args.engine_option)
     records = inprocess(gguf, sizes, repeats, args.dtype, args.tiny, args.threads, progress, options)
     if not args.skip_servers:

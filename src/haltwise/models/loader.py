@@ -11,6 +11,7 @@ import torch
 
 from haltwise.config import ModelConfig
 from haltwise.models import gguf_reader, hf_dir, weight_cache
+from haltwise.models.catalog import resolve_model
 from haltwise.models.errors import ModelLoadError
 from haltwise.models.llama import LlamaForCausalLM
 from haltwise.models.rope import max_supported_len, rope_type_of
@@ -62,7 +63,7 @@ def _resolve_len(config: ModelConfig, max_model_len: int | None, path: Path) -> 
 
 def load_model(path: str | Path | None = None, dtype: str = "float32", rope_scaling: dict[str, Any] | None = None,
                max_model_len: int | None = None) -> LoadedModel:
-    """Load a `.gguf` file or a Hugging Face directory (None = the default SmolLM2 GGUF).
+    """Load a `.gguf` file, a Hugging Face directory or a named model (models/catalog.py; None = SmolLM2).
 
     rope_scaling (HF dict) replaces the file's; max_model_len defaults to what the rope config supports.
     Every problem with the files is a ModelLoadError naming the path.
@@ -70,7 +71,7 @@ def load_model(path: str | Path | None = None, dtype: str = "float32", rope_scal
     start = time.perf_counter()
     if dtype not in WEIGHT_DTYPES:
         raise ModelLoadError(f"dtype must be one of {sorted(WEIGHT_DTYPES)}, got {dtype!r}")
-    path = default_model_path() if path is None else Path(path).expanduser()
+    path = resolve_model(path)  # a catalog name (None = smollm2-135m) -> its assembled file
     if path.is_dir():
         fmt, config = "hf", hf_dir.hf_config(path)
     elif path.suffix == ".gguf" or path.is_file():

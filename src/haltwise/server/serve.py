@@ -45,6 +45,8 @@ def run(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
     engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
                                default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog)
+    if args.chat_template is not None:
+        engine.tokenizer.set_chat_template(args.chat_template)
     print(f"haltwise: {engine.describe()}", flush=True)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                     log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui)

@@ -1,43 +1,39 @@
 """The tokenizer facade: the model's own vocabulary, from GGUF metadata or a Hugging Face directory.
 
-Built on the `tokenizers` library. A GGUF byte-level BPE (`tokenizer.ggml.model = gpt2`) is rebuilt
-the way transformers' GGUF loader does it: tokens spelled in the byte alphabet, the file's merges,
-control tokens (type 3) added as special tokens, user-defined tokens (type 4) as plain added tokens,
-the pre-tokenizer split chosen by `tokenizer.ggml.pre` (GPT-2's regex when the name is not one with
-its own split, which includes SmolLM2's `smollm`), a ByteLevel decoder, and BOS/EOS added on encode
-only when `tokenizer.ggml.add_bos_token` / `add_eos_token` say so.
+Built on the `tokenizers` library, from a GGUF the way transformers' GGUF loader builds it:
+`tokenizer.ggml.model = gpt2` is a byte-level BPE (gguf_bpe.py), `llama` a SentencePiece BPE with
+byte fallback (gguf_sentencepiece.py). BOS/EOS are added on encode only when
+`tokenizer.ggml.add_bos_token` / `add_eos_token` say so (a SentencePiece file without the flag adds
+BOS, as llama.cpp does). A GGUF tokenizer is cached after its first build (build_cache.py);
+`build_source` and `build_seconds` say which happened and how long it took.
 """
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, decoders, models, pre_tokenizers, processors
 from tokenizers import Tokenizer as _HFTokenizer
+from tokenizers import decoders
 
-from haltwise.tokenizer.byte_alphabet import CHAR_TO_BYTE, spell_bytes, token_string_to_bytes
+from haltwise.tokenizer import build_cache
+from haltwise.tokenizer.byte_alphabet import token_string_to_bytes
 from haltwise.tokenizer.chat import ChatTemplate
+from haltwise.tokenizer.gguf_bpe import PRE_TOKENIZER_SPLITS, byte_level_backend
 from haltwise.tokenizer.gguf_metadata import read_gguf_metadata
+from haltwise.tokenizer.gguf_sentencepiece import sentencepiece_backend
+from haltwise.tokenizer.gguf_vocab import add_named_special_tokens, set_post_processor, token_text
 
 # Control tokens that end a turn or a document in common model families (SPEC §2's eos set).
 END_OF_GENERATION_TOKENS = (
     "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|end|>", "<end_of_turn>",
-    "<|eom_id|>", "<|return|>",
+    "<|eom_id|>", "<|return|>", "<eos>",
 )
+GGUF_BUILDERS = {"gpt2": byte_level_backend, "llama": sentencepiece_backend}
 
-_LLAMA3_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
-                 r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-_QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
-                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
-# `tokenizer.ggml.pre` -> split regex; any other name (gpt2, smollm, ...) uses GPT-2's ByteLevel regex.
-PRE_TOKENIZER_SPLITS = {
-    "llama3": _LLAMA3_SPLIT, "llama-v3": _LLAMA3_SPLIT, "llama-bpe": _LLAMA3_SPLIT, "falcon3": _LLAMA3_SPLIT,
-    "dbrx": _LLAMA3_SPLIT, "smaug-bpe": _LLAMA3_SPLIT,
-    "qwen2": _QWEN2_SPLIT, "deepseek-r1-qwen": _QWEN2_SPLIT,
-}
-_CONTROL, _USER_DEFINED = 3, 4  # GGUF token_type values
+__all__ = ["END_OF_GENERATION_TOKENS", "PRE_TOKENIZER_SPLITS", "Tokenizer"]
 
 
 class Tokenizer:
@@ -56,54 +52,46 @@ class Tokenizer:
         # Exactly the ids that decode(skip_special_tokens=True) drops.
         self.special_token_ids: frozenset[int] = frozenset(i for i, t in added.items() if t.special)
         self.is_byte_level: bool = isinstance(backend.decoder, decoders.ByteLevel)
+        # SentencePiece byte-fallback pieces "<0x00>".."<0xFF>" (a run of them decodes as one UTF-8 string).
+        self.byte_fallback_ids: frozenset[int] = frozenset(
+            i for b in range(256) if (i := backend.token_to_id(f"<0x{b:02X}>")) is not None
+        ) if getattr(backend.model, "byte_fallback", False) else frozenset()
         self._token_bytes: list[bytes] | None = None  # filled on first use (byte-level only)
+        self.build_source: str = "built"  # "cache" when from_gguf read a cached build
+        self.build_seconds: float = 0.0   # construction time in from_gguf / from_gguf_metadata
         template_tokens = {"bos_token": bos_token, "eos_token": eos_token, **(extra_template_tokens or {})}
+        self._template_tokens = template_tokens
         self.chat_template: ChatTemplate | None = (
             ChatTemplate(chat_template, template_tokens) if chat_template else None)
 
     # ---- construction -------------------------------------------------------------------------
     @classmethod
     def from_gguf(cls, path: str | Path) -> "Tokenizer":
-        """The tokenizer described by a GGUF file's metadata (byte-level BPE only)."""
-        return cls.from_gguf_metadata(read_gguf_metadata(path))
+        """The tokenizer described by a GGUF file's metadata, from the build cache when it has it."""
+        start = time.perf_counter()
+        key = build_cache.entry_key(Path(path))
+        hit = build_cache.load(key)
+        if hit is not None:
+            backend, facts = hit
+            source = "cache"
+        else:
+            meta = read_gguf_metadata(path)
+            backend, facts = build_gguf_backend(meta)
+            if build_cache.worth_caching(meta):
+                build_cache.store(key, backend, facts)
+            source = "built"
+        tokenizer = cls(backend, **facts)
+        tokenizer.build_source, tokenizer.build_seconds = source, time.perf_counter() - start
+        return tokenizer
 
     @classmethod
     def from_gguf_metadata(cls, meta: Mapping[str, Any]) -> "Tokenizer":
-        """As from_gguf, from already-read metadata (lets the model loader read the file once)."""
-        kind = meta.get("tokenizer.ggml.model")
-        if kind != "gpt2":
-            raise ValueError(f"GGUF tokenizer {kind!r} is not supported (only byte-level BPE, 'gpt2')")
-        tokens: list[str] = meta["tokenizer.ggml.tokens"]
-        types: list[int] = meta.get("tokenizer.ggml.token_type") or [1] * len(tokens)
-        alphabet = CHAR_TO_BYTE.keys()
-        spelled = [t if all(c in alphabet for c in t) else spell_bytes(t.encode("utf-8")) for t in tokens]
-        vocab = {t: i for i, t in enumerate(spelled)}
-        merges = [tuple(m.split(" ", 1)) for m in meta.get("tokenizer.ggml.merges", [])]
-        backend = _HFTokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False))
-        split = PRE_TOKENIZER_SPLITS.get(meta.get("tokenizer.ggml.pre", ""))
-        if split is None:
-            backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        else:
-            backend.pre_tokenizer = pre_tokenizers.Sequence([
-                pre_tokenizers.Split(Regex(split), behavior="isolated"),
-                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)])
-        backend.decoder = decoders.ByteLevel()
-        # A control token spelled outside the byte alphabet is a mislabel; transformers skips it too.
-        backend.add_special_tokens([AddedToken(t, normalized=False, special=True)
-                                    for t, ty in zip(tokens, types) if ty == _CONTROL and t in vocab])
-        backend.add_tokens([AddedToken(t, normalized=False, special=False)
-                            for t, ty in zip(tokens, types) if ty == _USER_DEFINED and t in vocab])
-
-        def token(key: str) -> str | None:
-            i = meta.get(f"tokenizer.ggml.{key}")
-            return tokens[i] if i is not None and 0 <= i < len(tokens) else None
-
-        bos, eos = token("bos_token_id"), token("eos_token_id")
-        _set_post_processor(backend, bos if meta.get("tokenizer.ggml.add_bos_token", False) else None,
-                            eos if meta.get("tokenizer.ggml.add_eos_token", False) else None)
-        return cls(backend, bos_token=bos, eos_token=eos, chat_template=meta.get("tokenizer.chat_template"),
-                   extra_template_tokens={"unk_token": token("unknown_token_id"),
-                                          "pad_token": token("padding_token_id")})
+        """As from_gguf, from already-read metadata (never cached)."""
+        start = time.perf_counter()
+        backend, facts = build_gguf_backend(meta)
+        tokenizer = cls(backend, **facts)
+        tokenizer.build_seconds = time.perf_counter() - start
+        return tokenizer
 
     @classmethod
     def from_hf_dir(cls, path: str | Path) -> "Tokenizer":
@@ -177,18 +165,33 @@ class Tokenizer:
                             **extra: Any) -> str:
         """The rendered chat prompt; encode it with add_special_tokens=False (see chat.py)."""
         if self.chat_template is None:
-            raise ValueError("this model has no chat template; use the completions endpoint")
+            raise ValueError("this model has no chat template (e.g. a base model): use /v1/completions with "
+                             "a plain prompt, or start the server with --chat-template FILE")
         return self.chat_template.render(messages, add_generation_prompt=add_generation_prompt, **extra)
 
+    def set_chat_template(self, template: str) -> None:
+        """Replace (or supply, for a file without one) the chat template. ValueError if it does not compile."""
+        self.chat_template = ChatTemplate(template, self._template_tokens)
 
-def _set_post_processor(backend: _HFTokenizer, bos: str | None, eos: str | None) -> None:
-    """Add BOS/EOS around a single sequence (and each of a pair) on encode(add_special_tokens=True)."""
-    pre = [bos] if bos else []
-    post = [eos] if eos else []
-    single = " ".join([*pre, "$A:0", *post])
-    pair = " ".join([*pre, "$A:0", *post, *pre, "$B:1", *post])
-    specials = [(t, backend.token_to_id(t)) for t in dict.fromkeys(pre + post)]
-    backend.post_processor = processors.TemplateProcessing(single=single, pair=pair, special_tokens=specials)
+
+def build_gguf_backend(meta: Mapping[str, Any]) -> tuple[_HFTokenizer, dict[str, Any]]:
+    """(backend with its BOS/EOS post-processor, Tokenizer keyword arguments) from GGUF metadata."""
+    kind = meta.get("tokenizer.ggml.model")
+    if kind not in GGUF_BUILDERS:
+        raise ValueError(f"GGUF tokenizer {kind!r} is not supported (supported: {', '.join(GGUF_BUILDERS)})")
+    backend = GGUF_BUILDERS[kind](meta)
+    bos, eos = token_text(meta, "bos_token_id"), token_text(meta, "eos_token_id")
+    unk, pad = token_text(meta, "unknown_token_id"), token_text(meta, "padding_token_id")
+    add_named_special_tokens(backend, [bos, eos, unk, pad])
+    add_bos = meta.get("tokenizer.ggml.add_bos_token", kind == "llama")
+    set_post_processor(backend, bos if add_bos else None,
+                       eos if meta.get("tokenizer.ggml.add_eos_token", False) else None)
+    # End-of-turn / end-of-message ids the file names besides eos (llama.cpp's eot/eom keys).
+    extra_eos = [meta[k] for k in ("tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id")
+                 if isinstance(meta.get(k), int)]
+    return backend, {"bos_token": bos, "eos_token": eos, "chat_template": meta.get("tokenizer.chat_template"),
+                     "generation_eos": extra_eos,
+                     "extra_template_tokens": {"unk_token": unk, "pad_token": pad}}
 
 
 def _read_json(path: Path) -> dict[str, Any]:

@@ -9,12 +9,16 @@ import argparse
 import json
 import sys
 
+from haltwise.tools.model_args import chat_template_file
+
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("file", nargs="?", default="-", help="text file (default: stdin)")
     p.add_argument("--chat", action="store_true", help="wrap the text as one user message in the chat template")
     p.add_argument("--max-tokens", type=int, default=0, help="completion tokens to reserve when checking the fit")
-    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2)")
+    p.add_argument("--model", default=None, help="GGUF file, Hugging Face directory or named model (default: SmolLM2)")
+    p.add_argument("--chat-template", type=chat_template_file, default=None, metavar="FILE",
+                   help="with --chat: this Jinja template instead of the model's")
     p.add_argument("--max-model-len", type=int, default=None, help="window to check against (default: the model's)")
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)
@@ -53,7 +57,13 @@ def run(args: argparse.Namespace) -> int:
 
         path, config = read_model_config(args.model)
         tokenizer, window = load_tokenizer(path), args.max_model_len or config.max_position_embeddings
-    result = count(text, tokenizer, window, args.chat, args.max_tokens)
+    if args.chat_template is not None:
+        tokenizer.set_chat_template(args.chat_template)
+    try:
+        result = count(text, tokenizer, window, args.chat, args.max_tokens)
+    except ValueError as e:  # --chat with a model that has no chat template
+        print(f"haltwise count-tokens: {e}", file=sys.stderr)
+        return 2
     if args.json:
         print(json.dumps(result))
     else:

@@ -36,10 +36,15 @@ def run(args: argparse.Namespace) -> int:
     except ParamError as e:
         print(f"haltwise generate: {e}", file=sys.stderr)
         return 2
-    llm = LLM(model=args.model, rope_scaling=args.rope_scaling, tiny=args.tiny, **_engine_kwargs(args))
+    llm = LLM(model=args.model, rope_scaling=args.rope_scaling, tiny=args.tiny, chat_template=args.chat_template,
+              **_engine_kwargs(args))
     loaded = time.perf_counter()
     tok = llm.tokenizer
-    ids = (llm.chat_prompt_ids([{"role": "user", "content": args.prompt}]) if args.chat else tok.encode(args.prompt))
+    try:
+        ids = llm.chat_prompt_ids([{"role": "user", "content": args.prompt}]) if args.chat else tok.encode(args.prompt)
+    except ValueError as e:  # --chat with a model that has no chat template
+        print(f"haltwise generate: {e}", file=sys.stderr)
+        return 2
     first = None
     try:
         for update in llm.stream(ids, params):

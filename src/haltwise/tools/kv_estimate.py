@@ -2,6 +2,9 @@
 
 bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element; the pool holds
 floor(budget / (bytes_per_token x block_size)) blocks — the same KVBudget the engine allocates.
+head_dim is the model's own (Gemma 3: 256, not hidden / heads). Sliding-window layers (Gemma 3: 5 of
+every 6, window 512) are counted in full: one block table serves every layer, so a block is held for
+all layers until the sequence ends; the output names the sliding layers and their window.
 """
 from __future__ import annotations
 
@@ -53,6 +56,8 @@ def run(args: argparse.Namespace) -> int:
         head_dim = head_dim or config.head_dim
     result = estimate(layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch, parse_memory(args.memory),
                       args.block_size)
+    if None in (args.layers, args.kv_heads, args.head_dim):
+        result.update(sliding_info(config))
     if args.json:
         print(json.dumps(result))
     else:
@@ -60,6 +65,14 @@ def run(args: argparse.Namespace) -> int:
             shown = f"{value} ({value / 2**20:.2f} MiB)" if key.startswith("bytes") else value
             print(f"{key:>20}: {shown}")
     return 0
+
+
+def sliding_info(config: ModelConfig) -> dict:
+    """How many layers attend through a sliding window, and its width (0 and None without one)."""
+    window = getattr(config, "sliding_window", None)
+    types = getattr(config, "layer_types", None) or ()
+    sliding = sum(1 for t in types if t == "sliding_attention") if window else 0
+    return {"sliding_layers": sliding, "sliding_window": window if sliding else None}
 
 
 def _config(model: str | None) -> ModelConfig:

