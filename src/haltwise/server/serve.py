@@ -35,6 +35,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-header-bytes", type=parse_memory, default=64 * 1024, help="request line + headers limit")
     a("--shutdown-grace", type=float, default=10.0, help="seconds in-flight requests get on SIGTERM")
     a("--log-content", action="store_true", help="log prompt and output text (off by default)")
+    a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
+    a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
+                                           "instead of starting a local one on 127.0.0.1")
+    a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -42,8 +46,17 @@ def run(args: argparse.Namespace) -> int:
     from haltwise.engine.async_engine import AsyncEngine
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.replicas or args.ray_address:
+        from haltwise.cluster.launch import serve_cluster
+
+        return serve_cluster(args, _serve)
     engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
                                default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog)
+    return _serve(args, engine)
+
+
+def _serve(args: argparse.Namespace, engine: Any) -> int:
+    """uvicorn around build_app(engine) until SIGTERM/SIGINT (then a graceful drain); returns 0."""
     print(f"haltwise: {engine.describe()}", flush=True)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                     log_content=args.log_content, shutdown_grace=args.shutdown_grace)
