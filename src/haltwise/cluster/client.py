@@ -25,7 +25,7 @@ from typing import Any, AsyncIterator
 
 from ray.serve.exceptions import BackPressureError
 
-from haltwise.cluster.router import routers
+from haltwise.cluster import directory
 from haltwise.cluster.wire import ERROR, REPLICA, decode_error, is_marker
 from haltwise.engine.engine import EngineStats
 from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
@@ -66,7 +66,7 @@ class RemoteEngine:
     # ---- the replicas' state -----------------------------------------------------------------------------------
     def replicas(self) -> list[dict[str, Any]]:
         """One dict per running replica (its latest routing stats), with `state` judged here."""
-        router = routers.get(self._deployment)
+        router = directory.find(self._deployment)
         rows = router.replica_stats() if router is not None else []
         now = time.time()
         for row in rows:

@@ -30,6 +30,7 @@ log = logging.getLogger("haltwise.cluster")
 APP_NAME = "haltwise"
 DEPLOYMENT = "EngineReplica"
 STATS_PERIOD_S = 0.5
+ROUTER_CLASS = "haltwise.cluster.router.PrefixAwareRouter"  # by import path: Serve imports it
 
 
 def pin_loopback() -> None:
@@ -84,7 +85,6 @@ class ClusterSession:
 
         from haltwise.cluster.client import RemoteEngine
         from haltwise.cluster.replica import EngineReplica
-        from haltwise.cluster.router import PrefixAwareRouter
 
         threads = max(1, math.floor(replica_cpus))
         config: EngineConfig = replace(build.get("engine_config") or EngineConfig(), num_threads=threads)
@@ -101,7 +101,7 @@ class ClusterSession:
             graceful_shutdown_timeout_s=graceful_shutdown_s, graceful_shutdown_wait_loop_s=0.5,
             logging_config=quiet,
             request_router_config=RequestRouterConfig(
-                request_router_class=PrefixAwareRouter, request_router_kwargs={"block_size": config.block_size},
+                request_router_class=ROUTER_CLASS, request_router_kwargs={"block_size": config.block_size},
                 request_routing_stats_period_s=STATS_PERIOD_S, request_routing_stats_timeout_s=5.0))
         started = time.monotonic()
         handle = serve.run(deployment.bind(build), name=APP_NAME, route_prefix=None)

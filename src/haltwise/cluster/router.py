@@ -9,27 +9,25 @@ A replica's score is the number of leading prompt blocks it holds. The best-scor
 first unless its queue is `imbalance` requests longer than the shortest known queue; the power-of-two
 pair comes next, and Serve takes the shorter queue within a rank (a full replica is skipped).
 
-The router lives in the ingress process (one per deployment handle); `routers` finds it so that
-RemoteEngine can read the replicas' routing stats for /cluster, /ready and /metrics.
+The router lives in the ingress process (one per deployment handle); it registers in `directory` so
+that RemoteEngine can read the replicas' routing stats for /cluster, /ready and /metrics.
 """
 from __future__ import annotations
 
 import random
 import time
-import weakref
 from collections import OrderedDict
 from typing import Any
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
+from haltwise.cluster import directory
 from haltwise.cluster.prefix import prompt_block_keys
 
 DEFAULT_IMBALANCE = 4          # queued requests by which affinity may exceed the shortest queue
 MAX_ROUTED_KEYS = 1 << 16      # bound on the routed-blocks memory (oldest forgotten first)
 ROUTED_GRACE_S = 2.0           # a report this soon after routing may predate the prefill that caches it
 
-# deployment name -> the live router of that deployment in this process (weak: Serve owns routers)
-routers: "weakref.WeakValueDictionary[str, PrefixAwareRouter]" = weakref.WeakValueDictionary()
 
 
 def prompt_of(pending_request: PendingRequest | None) -> list[int] | None:
@@ -47,7 +45,7 @@ class PrefixAwareRouter(RequestRouter):
         self.block_size = 16
         self.imbalance = DEFAULT_IMBALANCE
         self._routed: OrderedDict[int, tuple[str, float]] = OrderedDict()  # key -> (replica id, routed at)
-        routers[self._deployment_id.name] = self
+        directory.register(self._deployment_id.name, self)
 
     def initialize_state(self, block_size: int = 16, imbalance: int = DEFAULT_IMBALANCE, **_: Any) -> None:
         """Serve passes RequestRouterConfig.request_router_kwargs here."""
