@@ -12,11 +12,9 @@ from typing import Any, Iterator
 
 import pytest
 
-pytest.importorskip("ray.serve", reason="the cluster extra is not installed (pip install -e '.[cluster]')")
-
-from haltwise.config import EngineConfig  # noqa: E402
-from haltwise.server.app import build_app  # noqa: E402
-from tests.server.http_helpers import ServerThread  # noqa: E402
+from haltwise.config import EngineConfig
+from haltwise.server.app import build_app
+from tests.server.http_helpers import ServerThread
 
 # Small admission limits so that a burst of a few dozen requests overloads the cluster; a long
 # window so that one stream can outlive a few /cluster polls.
@@ -33,6 +31,7 @@ class Cluster:
 
 @pytest.fixture(scope="module")
 def cluster() -> Iterator[Cluster]:
+    pytest.importorskip("ray.serve", reason="the cluster extra is not installed (pip install -e '.[cluster]')")
     os.environ["RAY_AUTH_MODE"] = "disabled"
     from haltwise.cluster.launch import ClusterSession
 

@@ -90,7 +90,7 @@ class ClusterSession:
         config: EngineConfig = replace(build.get("engine_config") or EngineConfig(), num_threads=threads)
         build = {**build, "engine_config": config}
         quiet = LoggingConfig(log_level="WARNING", enable_access_log=False)
-        serve.start(http_options={"location": "NoServer"}, logging_config=quiet)
+        serve.start(proxy_location="Disabled", logging_config=quiet)
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
         deployment = serve.deployment(EngineReplica, name=DEPLOYMENT).options(
             num_replicas=replicas,
