@@ -23,7 +23,7 @@ import time
 from collections import OrderedDict
 from typing import Any, AsyncIterator
 
-from ray.serve.exceptions import BackPressureError
+from ray.serve.exceptions import BackPressureError, RequestCancelledError
 
 from haltwise.cluster import directory
 from haltwise.cluster.wire import ERROR, REPLICA, decode_error, is_marker
@@ -48,6 +48,7 @@ class RemoteEngine:
         self._deployment = deployment
         self._accepting = False
         self._responses: dict[str, Any] = {}                      # request id -> its Serve stream
+        self._aborted: set[str] = set()                           # aborted here: end quietly, never retry
         self._replica_of: OrderedDict[str, str] = OrderedDict()   # request id -> replica id
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -136,6 +137,9 @@ class RemoteEngine:
             except HaltwiseError:
                 raise
             except Exception as exc:  # the replica died or its call failed: never a hang, never silent
+                if request_id in self._aborted or isinstance(exc, RequestCancelledError):
+                    self._aborted.discard(request_id)
+                    return  # abort() cancelled the call: the consumer is closing this stream
                 replica = self._replica_of.get(request_id, "?")
                 if yielded or attempt == 2:
                     raise EngineFailure(f"Replica {replica} failed during the request: {type(exc).__name__}.") from None
@@ -145,10 +149,12 @@ class RemoteEngine:
                 self._responses.pop(request_id, None)
                 if not finished:
                     response.cancel()
+                    self._aborted.discard(request_id)
 
     def abort(self, request_id: str) -> None:
         response = self._responses.get(request_id)
         if response is not None:
+            self._aborted.add(request_id)
             response.cancel()
 
     def _remember(self, request_id: str, replica_id: str) -> None:
