@@ -2,6 +2,8 @@
 
 Its routing stats (record_routing_stats, pulled by Serve every `stats_period_s`) carry what the ingress
 shows and routes by: load, KV blocks, health, counters and the keys of every block in its prefix cache.
+Stopping: Serve's graceful shutdown lets in-flight streams finish (graceful_shutdown_timeout_s), then
+ends the process, engine thread included; there is nothing else to release.
 check_health fails while the engine is not ready (breaker open, a dead engine thread) or a step has
 run past the watchdog (a wedged step Ray's default check cannot see); Serve then replaces the replica.
 """
@@ -98,7 +100,3 @@ class EngineReplica:
                 "preemptions": s.preemptions_total, "prefix_cache_hit_tokens": s.prefix_cache_hit_tokens,
                 **self.counters, "reported_at": time.time(),
                 "prefix_blocks": [block_key(h) for h in allocator.cached_block_hashes()]}
-
-    async def __del__(self) -> None:
-        """Serve's graceful stop has already let in-flight streams finish (graceful_shutdown_timeout_s)."""
-        await self.engine.shutdown(grace=1.0)
