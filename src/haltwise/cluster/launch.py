@@ -129,7 +129,14 @@ def serve_cluster(args: Any, serve: Any) -> int:
 
     replicas = args.replicas or 1
     deadline = max(args.shutdown_grace, args.default_timeout or 0.0)
-    session = ClusterSession.open(args.ray_address, num_cpus=None)
+    num_cpus = None
+    if args.ray_address is None:  # a local cluster: room for every replica asked for, even beyond the cores
+        cores = os.cpu_count() or 1
+        num_cpus = max(cores, math.ceil(replicas * args.replica_cpus))
+        if num_cpus > cores:
+            log.warning("%d replicas x %g CPUs exceed this machine's %d cores: they will share them",
+                        replicas, args.replica_cpus, cores)
+    session = ClusterSession.open(args.ray_address, num_cpus=num_cpus)
     try:
         build = {"model": args.model, "engine_config": engine_config_from(args), "rope_scaling": args.rope_scaling,
                  "default_timeout": args.default_timeout, "tiny": args.tiny, "watchdog_s": args.watchdog}

@@ -3,7 +3,8 @@
 Shutdown order on SIGTERM/SIGINT: the app stops admitting (generation routes and /ready answer 503),
 uvicorn stops accepting connections and lets in-flight requests finish for up to --shutdown-grace
 seconds, then cancels what is left (which aborts those engine requests), and the engine shuts down.
-The process exits 0.
+The process exits 0. With --replicas / --ray-address the engines run as Ray Serve replicas behind the
+same app (haltwise.cluster; ray is imported only then).
 """
 from __future__ import annotations
 
