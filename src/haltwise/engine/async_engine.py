@@ -104,6 +104,11 @@ class AsyncEngine:
     def describe(self) -> str:
         return self.engine.describe()
 
+    def step_running_for(self) -> float:
+        """Seconds the step in flight has run (0.0 between steps); a wedged engine shows it growing."""
+        started = self._step_started
+        return time.monotonic() - started if started is not None else 0.0
+
     def stats(self) -> EngineStats:
         return replace(self._stats, breaker_state=int(self.breaker.state))
 

@@ -92,6 +92,10 @@ class BlockAllocator:
     def num_live_seqs(self) -> int:
         return len(self._live)
 
+    def cached_block_hashes(self) -> list[bytes]:
+        """The hashes of every block in the prefix cache (a copy; safe to call from another thread)."""
+        return list(self._cached.copy())
+
     def ref_count(self, block_id: int) -> int:
         return self._blocks[block_id].ref_count
 

@@ -8,7 +8,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, AsyncIterator
 
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.concurrency import run_in_threadpool
 from starlette.types import Receive, Scope, Send
@@ -57,9 +57,9 @@ def _check_admitting(st: ServerState) -> None:
 class _RunStream(StreamingResponse):
     """An SSE response that closes its EngineRun however the response ends (even if never iterated)."""
 
-    def __init__(self, content: AsyncIterator[str], run: EngineRun):
+    def __init__(self, content: AsyncIterator[str], run: EngineRun, headers: dict[str, str]):
         super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **headers})
         self.run = run
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -104,13 +104,14 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
     await _check_structure(st, params)
     try:
         await run.start()
+        headers = _replica_header(st.engine, run.ids)
         if stream:
             handed_off = True
-            return _RunStream(_events(run, chunker), run)
+            return _RunStream(_events(run, chunker), run, headers)
         outs = await run.collect()
         for out in outs:
             raise_if_failed(out)
-        return JSONResponse(build(outs))
+        return JSONResponse(build(outs), headers=headers)
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED)
     finally:
@@ -123,6 +124,13 @@ async def _check_structure(st: ServerState, params: SamplingParams) -> None:
     compile_structure = getattr(st.engine, "compile_structure", None)
     if params.structured_outputs is not None and compile_structure is not None:
         await run_in_threadpool(compile_structure, params)
+
+
+def _replica_header(engine: Any, request_ids: list[str]) -> dict[str, str]:
+    """x-haltwise-replica: which replica(s) served the request, when the engine is a cluster."""
+    replica_of = getattr(engine, "replica_of", None)
+    replica = replica_of(request_ids) if replica_of is not None else None
+    return {"x-haltwise-replica": replica} if replica else {}
 
 
 def _echo_texts(prompts: list[str | list[int]], run_outs: list[RequestOutput], tokenizer: Any) -> list[str]:
@@ -241,6 +249,15 @@ async def ready(request: Request) -> JSONResponse:
         return JSONResponse({"status": "ready"})
     reason = "draining" if st.draining else "breaker open" if breaker == 2 else "engine not ready"
     return JSONResponse({"status": "not ready", "reason": reason}, status_code=503)
+
+
+@router.get("/cluster")
+async def cluster(request: Request) -> dict[str, Any]:
+    """The replicas behind this server (`--replicas`); 404 for a single engine. Unauthenticated."""
+    cluster_state = getattr(_state(request).engine, "cluster_state", None)
+    if cluster_state is None:
+        raise HTTPException(404, "This server runs a single engine; /cluster needs --replicas or --ray-address")
+    return await cluster_state()
 
 
 @router.get("/metrics")

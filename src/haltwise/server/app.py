@@ -90,13 +90,15 @@ class ApiKey:
 def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_content: bool = False,
               manage_engine: bool = True, shutdown_grace: float = 10.0, ui: bool = True) -> FastAPI:
-    """The haltwise ASGI app around `engine` (an AsyncEngine).
+    """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
     on app shutdown. Tests that share one engine between apps pass False and manage it themselves.
     ui: serve the playground page at / (server/page.py; the page is public, its API calls are not).
     """
     metrics = ServerMetrics(engine.stats)
+    for collector in getattr(engine, "metric_collectors", list)():  # e.g. per-replica metrics of a cluster
+        metrics.registry.register(collector)
     state = ServerState(engine=engine, served_model_name=served_model_name, metrics=metrics,
                         log_content=log_content)
 

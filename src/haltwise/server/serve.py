@@ -3,7 +3,8 @@
 Shutdown order on SIGTERM/SIGINT: the app stops admitting (generation routes and /ready answer 503),
 uvicorn stops accepting connections and lets in-flight requests finish for up to --shutdown-grace
 seconds, then cancels what is left (which aborts those engine requests), and the engine shuts down.
-The process exits 0.
+The process exits 0. With --replicas / --ray-address the engines run as Ray Serve replicas behind the
+same app (haltwise.cluster; ray is imported only then).
 """
 from __future__ import annotations
 
@@ -36,6 +37,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--shutdown-grace", type=float, default=10.0, help="seconds in-flight requests get on SIGTERM")
     a("--log-content", action="store_true", help="log prompt and output text (off by default)")
     a("--no-ui", action="store_true", help="do not serve the playground page at /")
+    a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
+    a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
+                                           "instead of starting a local one on 127.0.0.1")
+    a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -43,10 +48,19 @@ def run(args: argparse.Namespace) -> int:
     from haltwise.engine.async_engine import AsyncEngine
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    if args.replicas or args.ray_address:
+        from haltwise.cluster.launch import serve_cluster
+
+        return serve_cluster(args, _serve)
     engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
                                default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog)
     if args.chat_template is not None:
         engine.tokenizer.set_chat_template(args.chat_template)
+    return _serve(args, engine)
+
+
+def _serve(args: argparse.Namespace, engine: Any) -> int:
+    """uvicorn around build_app(engine) until SIGTERM/SIGINT (then a graceful drain); returns 0."""
     print(f"haltwise: {engine.describe()}", flush=True)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                     log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui)

@@ -1,0 +1,17 @@
+"""Scale-out on Ray Serve: N engine replicas behind the one OpenAI app (`haltwise serve --replicas N`).
+
+    HTTP client ──> FastAPI app (ingress process, the same app as `haltwise serve`)
+                      │  RemoteEngine: the AsyncEngine interface the app uses
+                      │  DeploymentHandle (streaming) ── PrefixAwareRouter picks the replica
+                      ▼
+                 EngineReplica × N (Ray actors; each owns one AsyncEngine on its own torch thread)
+
+Only this package imports ray, and only `haltwise serve --replicas/--ray-address` imports this package.
+  prefix.py   the prompt's KV block hash chain (the allocator's hashes)
+  wire.py     what crosses the boundary: stream items and errors
+  replica.py  the EngineReplica deployment
+  router.py   the request router: prefix affinity, else power of two choices
+  client.py   RemoteEngine, the ingress side
+  metrics.py  per-replica Prometheus metrics (`replica` label)
+  launch.py   a loopback Ray cluster or an existing one; deploy; the `serve` entry point
+"""

@@ -1,0 +1,146 @@
+"""Start (or join) a Ray cluster, deploy N EngineReplicas, and hand back the RemoteEngine the app serves.
+
+    ClusterSession.open(address=None)   a new local Ray cluster, loopback only (127.0.0.1)
+    ClusterSession.open(address="H:P")  join a running cluster (`ray start --head` on H)
+    session.deploy(...) -> RemoteEngine ... session.close()   (deletes the app; stops a local cluster)
+
+Serve settings, and why:
+  num_replicas fixed           no autoscaling (replica counts oscillate under bursty LLM load)
+  max_ongoing_requests         max_num_seqs + max_queue: the engine's own admission (503) decides
+  max_queued_requests          --max-queue at the handle; beyond it Serve raises BackPressureError (503)
+  graceful_shutdown_timeout_s  >= the longest request deadline (in-flight streams finish on stop)
+  request_timeout_s            not set: Serve's timeout would cut long streams
+  no HTTP proxy                the haltwise app is the ingress; Serve only routes to replicas
+  OMP_NUM_THREADS / threads    --replica-cpus each: Ray would otherwise set OMP_NUM_THREADS to the
+                               replica's CPU count, and the engine keeps one torch thread team
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from haltwise.config import EngineConfig
+
+log = logging.getLogger("haltwise.cluster")
+APP_NAME = "haltwise"
+DEPLOYMENT = "EngineReplica"
+STATS_PERIOD_S = 0.5
+ROUTER_CLASS = "haltwise.cluster.router.PrefixAwareRouter"  # by import path: Serve imports it
+
+
+def pin_loopback() -> None:
+    """Make Ray's node address 127.0.0.1. Ray replaces 127.0.0.1 given as the node IP by the host's
+    routable address unless multi-node support is off, which is this switch (read at call time)."""
+    os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    import ray._private.ray_constants as ray_constants
+
+    ray_constants.ENABLE_RAY_CLUSTER = False
+
+
+def ingress_tokenizer(model: str | None, tiny: bool) -> Any:
+    """The tokenizer the ingress validates and encodes with (the model file must be on this machine too)."""
+    if tiny:
+        from haltwise.tokenizer.tiny import tiny_tokenizer
+
+        return tiny_tokenizer()
+    from haltwise.models.loader import default_model_path
+    from haltwise.tokenizer.tokenizer import Tokenizer
+
+    path = Path(model) if model else default_model_path()
+    return Tokenizer.from_hf_dir(path) if path.is_dir() else Tokenizer.from_gguf(path)
+
+
+class ClusterSession:
+    """The Ray connection and the Serve app of one `haltwise serve --replicas` run."""
+
+    def __init__(self, local: bool):
+        self.local = local
+
+    @classmethod
+    def open(cls, address: str | None = None, num_cpus: float | None = None) -> "ClusterSession":
+        import ray
+
+        started = time.monotonic()
+        if address is None:
+            pin_loopback()
+            ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, namespace=APP_NAME,
+                     logging_level=logging.WARNING, log_to_driver=True)
+        else:
+            ray.init(address=address, namespace=APP_NAME, logging_level=logging.WARNING, log_to_driver=True)
+        log.info("ray %s in %.1fs", "started on 127.0.0.1" if address is None else f"joined at {address}",
+                 time.monotonic() - started)
+        return cls(local=address is None)
+
+    def deploy(self, build: dict[str, Any], replicas: int, replica_cpus: float, max_queue: int,
+               graceful_shutdown_s: float) -> Any:
+        """Deploy `replicas` EngineReplicas built from `build` (AsyncEngine.build kwargs); their RemoteEngine."""
+        from ray import serve
+        from ray.serve.config import RequestRouterConfig
+        from ray.serve.schema import LoggingConfig
+
+        from haltwise.cluster.client import RemoteEngine
+        from haltwise.cluster.replica import EngineReplica
+
+        threads = max(1, math.floor(replica_cpus))
+        config: EngineConfig = replace(build.get("engine_config") or EngineConfig(), num_threads=threads)
+        build = {**build, "engine_config": config}
+        quiet = LoggingConfig(log_level="WARNING", enable_access_log=False)
+        serve.start(proxy_location="Disabled", logging_config=quiet)
+        env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        deployment = serve.deployment(EngineReplica, name=DEPLOYMENT).options(
+            num_replicas=replicas,
+            max_ongoing_requests=config.max_num_seqs + config.max_queue,
+            max_queued_requests=max_queue,
+            ray_actor_options={"num_cpus": replica_cpus, "runtime_env": {"env_vars": env}},
+            health_check_period_s=2.0, health_check_timeout_s=10.0,
+            graceful_shutdown_timeout_s=graceful_shutdown_s, graceful_shutdown_wait_loop_s=0.5,
+            logging_config=quiet,
+            request_router_config=RequestRouterConfig(
+                request_router_class=ROUTER_CLASS, request_router_kwargs={"block_size": config.block_size},
+                request_routing_stats_period_s=STATS_PERIOD_S, request_routing_stats_timeout_s=5.0))
+        started = time.monotonic()
+        handle = serve.run(deployment.bind(build), name=APP_NAME, route_prefix=None)
+        info = handle.info.remote().result()
+        log.info("%d replicas ready in %.1fs", replicas, time.monotonic() - started)
+        return RemoteEngine(handle, ingress_tokenizer(build.get("model"), build.get("tiny", False)), info, DEPLOYMENT)
+
+    def close(self) -> None:
+        """Delete the app; stop the local cluster (a joined cluster keeps running)."""
+        import ray
+        from ray import serve
+
+        try:
+            if self.local:
+                serve.shutdown()
+            else:
+                serve.delete(APP_NAME)
+        finally:
+            ray.shutdown()
+
+
+def serve_cluster(args: Any, serve: Any) -> int:
+    """`haltwise serve --replicas N [--ray-address A]`: run `serve(args, engine)` on a RemoteEngine."""
+    from haltwise.tools.model_args import engine_config_from
+
+    replicas = args.replicas or 1
+    deadline = max(args.shutdown_grace, args.default_timeout or 0.0)
+    num_cpus = None
+    if args.ray_address is None:  # a local cluster: room for every replica asked for, even beyond the cores
+        cores = os.cpu_count() or 1
+        num_cpus = max(cores, math.ceil(replicas * args.replica_cpus))
+        if num_cpus > cores:
+            log.warning("%d replicas x %g CPUs exceed this machine's %d cores: they will share them",
+                        replicas, args.replica_cpus, cores)
+    session = ClusterSession.open(args.ray_address, num_cpus=num_cpus)
+    try:
+        build = {"model": args.model, "engine_config": engine_config_from(args), "rope_scaling": args.rope_scaling,
+                 "default_timeout": args.default_timeout, "tiny": args.tiny, "watchdog_s": args.watchdog}
+        engine = session.deploy(build, replicas, args.replica_cpus, args.max_queue, graceful_shutdown_s=deadline + 5)
+        return serve(args, engine)
+    finally:
+        session.close()

@@ -1,0 +1,49 @@
+"""Per-replica metrics on the app's registry: each replica's own numbers with a `replica` label.
+
+The app's unlabelled haltwise_* metrics stay as they are (counted at the ingress; engine gauges summed
+over replicas). These come from every replica's routing stats at scrape time.
+"""
+from __future__ import annotations
+
+from typing import Any, Callable, Iterable
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+_GAUGES = (("running", "haltwise_replica_requests_running", "Requests being generated on the replica."),
+           ("waiting", "haltwise_replica_requests_waiting", "Requests queued on the replica."),
+           ("kv_blocks_used", "haltwise_replica_kv_blocks_used", "KV cache blocks in use on the replica."),
+           ("kv_blocks_total", "haltwise_replica_kv_blocks_total", "KV cache blocks in the replica's pool."),
+           ("breaker_state", "haltwise_replica_breaker_state", "Replica breaker: 0 closed, 1 half-open, 2 open."))
+_COUNTERS = (("requests_finished", "haltwise_replica_requests_finished", "Requests the replica finished."),
+             ("requests_failed", "haltwise_replica_requests_failed", "Requests the replica refused or failed."),
+             ("requests_cancelled", "haltwise_replica_requests_cancelled", "Requests aborted on the replica."),
+             ("generation_tokens", "haltwise_replica_generation_tokens", "Tokens the replica generated."),
+             ("prefix_cache_hit_tokens", "haltwise_replica_prefix_cache_hit_tokens",
+              "Prompt tokens the replica served from its prefix cache."),
+             ("preemptions", "haltwise_replica_preemptions", "Sequences the replica preempted."))
+
+
+class ReplicaCollector(Collector):
+    """Reads `replicas()` (RemoteEngine.replicas) once per scrape."""
+
+    def __init__(self, replicas: Callable[[], list[dict[str, Any]]]):
+        self._replicas = replicas
+
+    def collect(self) -> Iterable[Any]:
+        rows = self._replicas()
+        up = GaugeMetricFamily("haltwise_replica_up", "1 while the replica reports state running.",
+                               labels=["replica"])
+        for row in rows:
+            up.add_metric([row["id"]], 1.0 if row.get("state") == "running" else 0.0)
+        yield up
+        for key, name, doc in _GAUGES:
+            family = GaugeMetricFamily(name, doc, labels=["replica"])
+            for row in rows:
+                family.add_metric([row["id"]], float(row.get(key, 0) or 0))
+            yield family
+        for key, name, doc in _COUNTERS:
+            family = CounterMetricFamily(name, doc, labels=["replica"])
+            for row in rows:
+                family.add_metric([row["id"]], float(row.get(key, 0) or 0))
+            yield family
