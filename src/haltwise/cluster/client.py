@@ -129,6 +129,8 @@ class RemoteEngine:
                     yield item
                     if finished:
                         return
+                if request_id in self._aborted:
+                    return  # cancelled by abort(): the consumer is closing this stream
                 raise EngineFailure("The replica ended the stream before the request finished.")
             except BackPressureError:
                 finished = True

@@ -64,7 +64,8 @@ class PrefixAwareRouter(RequestRouter):
         n = 0
         for key in keys:
             routed = self._routed.get(key)
-            if key in reported or (routed is not None and routed[0] == rid and routed[1] >= reported_at - ROUTED_GRACE_S):
+            routed_here = routed is not None and routed[0] == rid and routed[1] >= reported_at - ROUTED_GRACE_S
+            if key in reported or routed_here:
                 n += 1
             else:
                 break
