@@ -56,7 +56,7 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--png", type=str, default=None, help="write a chart here")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (finishes in well under 3 minutes)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per system and scenario (median)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--tiny", action="store_true", help="test only: random tiny model, tiny sizes")
     parser.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
