@@ -68,3 +68,13 @@ def test_hf_config_json_saved_by_transformers(tmp_path, capsys):
     assert (llm.engine.model_config.num_layers, llm.engine.model_config.head_dim) == (3, 16)
     e = _check(llm.engine, "float32", capsys, "--model", str(tmp_path / "config.json"))
     assert e["bytes_per_token"] == 2 * 3 * 2 * 16 * 4
+
+
+def test_auto_memory_is_what_serve_would_take(capsys):
+    from haltwise.cli import main
+    from haltwise.engine.kv_cache import auto_kv_memory
+
+    assert main(["kv-estimate", "--memory", "auto", "--layers", "2", "--kv-heads", "2", "--head-dim", "16",
+                 "--seq-len", "256", "--batch", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["memory_budget"] <= auto_kv_memory(512, 16, 256, 4) + 1 and out["sequences_in_budget"] >= 1
