@@ -82,3 +82,13 @@ def test_sliding_info_names_the_sliding_layers():
     assert sliding_info(SimpleNamespace()) == {"sliding_layers": 0, "sliding_window": None}
     assert sliding_info(SimpleNamespace(sliding_window=4096, layer_types=None)) == {"sliding_layers": 0,
                                                                                    "sliding_window": None}
+
+
+def test_auto_memory_is_what_serve_would_take(capsys):
+    from haltwise.cli import main
+    from haltwise.engine.kv_cache import auto_kv_memory
+
+    assert main(["kv-estimate", "--memory", "auto", "--layers", "2", "--kv-heads", "2", "--head-dim", "16",
+                 "--seq-len", "256", "--batch", "4", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert 0 < out["memory_budget"] <= auto_kv_memory(512, 16, 256, 4) + 1 and out["sequences_in_budget"] >= 1

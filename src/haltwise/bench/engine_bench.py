@@ -54,6 +54,8 @@ TINY_BATCHED_TOKENS = 64  # so the tiny long prompt is really split into chunks
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     common_arguments(parser)
+    parser.add_argument("--dtypes", nargs="+", choices=["auto", "float32", "bfloat16"], default=None,
+                        help="instead of transformers: haltwise per dtype, side by side (bench/dtype_bench.py)")
 
 
 def common_arguments(parser: argparse.ArgumentParser) -> None:
@@ -62,7 +64,7 @@ def common_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--png", type=str, default=None, help="write a chart here")
     parser.add_argument("--quick", action="store_true", help="smaller sizes (finishes in well under 3 minutes)")
     parser.add_argument("--repeats", type=int, default=None, help="timed runs per system and scenario (median)")
-    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
+    parser.add_argument("--dtype", default="float32", choices=["auto", "float32", "bfloat16"])
     parser.add_argument("--model", default=None, help="GGUF file (default: SmolLM2-135M-Instruct Q4_1)")
     parser.add_argument("--tiny", action="store_true", help="test only: random tiny model, tiny sizes")
     parser.add_argument("--engine-option", action="append", metavar="KEY=VALUE",
@@ -75,6 +77,13 @@ def run(args: argparse.Namespace) -> int:
     repeats = args.repeats or (1 if args.quick or args.tiny else 3)
     progress = Progress()
     options = common.parse_engine_options(args.engine_option)
+    if args.dtypes:
+        from haltwise.bench.dtype_bench import run_dtypes
+
+        result = run_dtypes(args.dtypes, sizes, repeats, args.model, args.tiny, progress, options)
+        print(common.format_table(result["records"], "haltwise per --dtype (ratio: / best fixed dtype)"))
+        common.write_json(args.json, result)
+        return 0
     result = run_engine_bench(sizes, repeats, args.dtype, args.model, args.tiny, progress, options)
     what = "tiny random model, same weights" if args.tiny else "same GGUF"
     print(common.format_table(result["records"], f"haltwise vs transformers ({what}, {args.dtype}, same process)"))

@@ -26,27 +26,15 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def haltwise_server_cmd(port: int, dtype: str = "float32", tiny: bool = False, model: str | None = None,
+def haltwise_server_cmd(port: int, dtype: str = "auto", tiny: bool = False, model: str | None = None,
                         extra: tuple[str, ...] = ()) -> list[str]:
     """`haltwise serve` (run as `python -m haltwise.server.serve`, the same options); ready at /ready."""
-    cmd = [sys.executable, "-m", "haltwise.server.serve", "--port", str(port), "--dtype", dtype]
+    cmd = [sys.executable, "-m", "haltwise.server.serve", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype]
     if tiny:
         cmd.append("--tiny")
     if model:
         cmd += ["--model", model]
     return cmd + list(extra)
-
-
-def llama_cpp_server_cmd(port: int, gguf: str | Path, n_threads: int | None = 2,
-                         interrupt_requests: bool | None = False) -> list[str]:
-    """llama-cpp-python's OpenAI server; None leaves an option at its default."""
-    cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(gguf), "--port", str(port),
-           "--host", "127.0.0.1"]
-    if n_threads is not None:
-        cmd += ["--n_threads", str(n_threads)]
-    if interrupt_requests is not None:
-        cmd += ["--interrupt_requests", str(interrupt_requests)]
-    return cmd
 
 
 class ServerProcess:

@@ -3,8 +3,9 @@
 `--kv-cache-memory auto` (the CLI default) sizes the pool to the host, as vLLM's
 gpu_memory_utilization does for a GPU: KV_AUTO_FRACTION of the RAM available at start
 (MemAvailable), raised to hold at least one max-model-len sequence when that still fits in
-KV_AUTO_MAX_FRACTION of it, and never more than max_num_seqs full-length sequences need. A pool that cannot hold one sequence of an explicitly asked
-max_model_len is refused at start, with the numbers (a prompt that long could never run).
+KV_AUTO_MAX_FRACTION of it, and never more than max_num_seqs full-length sequences need.
+A pool that cannot hold one sequence of an explicitly asked max_model_len is refused at start,
+with the numbers (a prompt that long could never run).
 """
 from __future__ import annotations
 

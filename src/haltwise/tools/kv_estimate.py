@@ -23,7 +23,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="float32", choices=sorted(DTYPE_BYTES))
     p.add_argument("--seq-len", type=int, default=8192, help="tokens per sequence")
     p.add_argument("--batch", type=int, default=32, help="concurrent sequences")
-    p.add_argument("--memory", default="512MiB", help="KV budget to size (as --kv-cache-memory)")
+    p.add_argument("--memory", default="512MiB", help="KV budget to size (as --kv-cache-memory; auto = what serve would take here)")
     p.add_argument("--block-size", type=int, default=16)
     p.add_argument("--json", action="store_true")
 
@@ -54,8 +54,13 @@ def run(args: argparse.Namespace) -> int:
         layers = layers or config.num_layers
         kv_heads = kv_heads or config.num_kv_heads
         head_dim = head_dim or config.head_dim
-    result = estimate(layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch, parse_memory(args.memory),
-                      args.block_size)
+    memory = parse_memory(args.memory)
+    if memory == "auto":   # as `--kv-cache-memory auto` would size it on this host
+        from haltwise.engine.kv_cache import auto_kv_memory
+
+        per_token = 2 * layers * kv_heads * head_dim * DTYPE_BYTES[args.dtype]
+        memory = auto_kv_memory(per_token, args.block_size, args.seq_len, args.batch)
+    result = estimate(layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch, memory, args.block_size)
     if None in (args.layers, args.kv_heads, args.head_dim):
         result.update(sliding_info(config))
     if args.json:

@@ -1,0 +1,57 @@
+"""llama.cpp's own binaries as the bench peer: where they are, and llama-bench's pp/tg figures.
+
+`make bench-setup` builds llama-server and llama-bench from the llama-cpp-python sdist on PyPI (its
+vendor/llama.cpp) into ~/.cache/haltwise/peer/build/bin; $HALTWISE_LLAMA_CPP_BIN (or --llama-bin)
+points elsewhere. Nothing here imports llama.cpp: the peer always runs as its own process, so its
+thread pool and torch's never share one.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+DEFAULT_BIN = Path.home() / ".cache" / "haltwise" / "peer" / "build" / "bin"
+BINARIES = ("llama-server", "llama-bench")
+SETUP_HINT = ("llama.cpp's llama-server / llama-bench not found in {where}. Build them with `make bench-setup` "
+              "(llama.cpp from the llama-cpp-python sdist on PyPI, ~15 min on 2 cores), or point "
+              "HALTWISE_LLAMA_CPP_BIN (or --llama-bin) at a directory holding both.")
+
+
+def bin_dir(override: str | Path | None = None) -> Path:
+    return Path(override or os.environ.get("HALTWISE_LLAMA_CPP_BIN") or DEFAULT_BIN).expanduser()
+
+
+def missing_binaries(directory: Path) -> list[str]:
+    return [b for b in BINARIES if not os.access(directory / b, os.X_OK)]
+
+
+def llama_server_cmd(directory: Path, port: int, gguf: str | Path, threads: int, parallel: int,
+                     ctx_per_slot: int) -> list[str]:
+    """llama-server with `parallel` slots (-np) of ctx_per_slot tokens each, continuous batching on."""
+    return [str(directory / "llama-server"), "-m", str(gguf), "--host", "127.0.0.1", "--port", str(port),
+            "-t", str(threads), "-np", str(parallel), "-c", str(ctx_per_slot * parallel), "--cont-batching",
+            "--no-webui"]
+
+
+def llama_bench(directory: Path, gguf: str | Path, threads: int, prompt_tokens: int, gen_tokens: int,
+                repetitions: int = 1, timeout_s: float = 900.0) -> dict[str, float]:
+    """llama-bench's tokens/s: {"pp<N>": prefill, "tg<M>": decode} (its average over repetitions)."""
+    cmd = [str(directory / "llama-bench"), "-m", str(gguf), "-t", str(threads), "-p", str(prompt_tokens),
+           "-n", str(gen_tokens), "-r", str(repetitions), "-o", "json"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode:
+        raise RuntimeError(f"llama-bench exited with {done.returncode}: {done.stderr[-2000:]}")
+    return parse_llama_bench(done.stdout)
+
+
+def parse_llama_bench(stdout: str) -> dict[str, float]:
+    """llama-bench -o json: one object per test; n_prompt>0 is pp, n_gen>0 is tg; avg_ts = tokens/s."""
+    out = {}
+    for test in json.loads(stdout):
+        if test.get("n_prompt"):
+            out[f"pp{test['n_prompt']}"] = float(test["avg_ts"])
+        elif test.get("n_gen"):
+            out[f"tg{test['n_gen']}"] = float(test["avg_ts"])
+    return out
