@@ -24,7 +24,7 @@ def fixture(name: str) -> dict:
 def real(request):
     name = request.param
     path = real_model_path(name)
-    return name, path, load_model(path, max_model_len=1024)
+    return name, path, load_model(path, max_model_len=2048)
 
 
 def test_fixture_is_for_this_file(real):
