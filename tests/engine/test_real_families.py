@@ -9,6 +9,8 @@ from haltwise.llm import LLM
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from tests.models.real_models import real_model_path
 
+# Loading a 0.5B float32 model and decoding 5-6 prompts takes well over 30 s on 2 cores.
+pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parents[1] / "models" / "fixtures"
 
 
