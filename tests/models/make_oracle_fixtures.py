@@ -25,6 +25,12 @@ PLAIN = {
     "qwen2.5-coder-0.5b": ["def quicksort(arr):\n", "# Read a CSV file with pandas\nimport pandas as pd\n",
                            "The capital of France is"],
 }
+# Longer than Gemma's 512-token sliding window, so its windowed layers are checked on the real model.
+LONG = "A ship's log. " + " ".join(
+    f"Day {d}: wind from the {['north', 'east', 'south', 'west'][d % 4]}, {d * 7 % 23} knots; "
+    f"we sighted {d % 5 + 1} {['gulls', 'whales', 'ships', 'islands', 'storms'][d % 5]} and logged "
+    f"{d * 13 % 31} miles." for d in range(1, 40)) + " Day 40:"
+LONG_PROMPTS = {"gemma3-270m": [LONG], "qwen2.5-coder-0.5b": []}
 CHATS = {
     "gemma3-270m": [],
     "qwen2.5-coder-0.5b": [
@@ -37,7 +43,7 @@ CHATS = {
 
 def cases(name: str, path: Path) -> list[dict]:
     tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
-    out = [{"text": t, "prompt_ids": tok(t)["input_ids"]} for t in PLAIN[name]]
+    out = [{"text": t, "prompt_ids": tok(t)["input_ids"]} for t in PLAIN[name] + LONG_PROMPTS[name]]
     for chat in CHATS[name]:
         text = tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True)
         out.append({"text": text, "prompt_ids": tok(text, add_special_tokens=False)["input_ids"]})

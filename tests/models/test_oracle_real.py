@@ -12,6 +12,8 @@ from haltwise.models.loader import load_model
 from tests.models.paged_runner import greedy, greedy_batch
 from tests.models.real_models import real_model_path, transformers_gguf_model, transformers_greedy
 
+# Loading a 0.5B float32 model and decoding 5-6 prompts takes well over 30 s on 2 cores.
+pytestmark = pytest.mark.slow
 FIXTURES = Path(__file__).parent / "fixtures"
 MODELS = ["gemma3-270m", "qwen2.5-coder-0.5b"]
 
@@ -24,7 +26,7 @@ def fixture(name: str) -> dict:
 def real(request):
     name = request.param
     path = real_model_path(name)
-    return name, path, load_model(path, max_model_len=1024)
+    return name, path, load_model(path, max_model_len=2048)
 
 
 def test_fixture_is_for_this_file(real):
