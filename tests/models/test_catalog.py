@@ -113,3 +113,11 @@ def test_real_named_models_resolve_to_verified_gguf(name):
     with open(path, "rb") as f:
         assert f.read(4) == b"GGUF"
     assert resolve_model(None if name == catalog.DEFAULT_MODEL else name, progress=None) == path
+
+
+def test_make_models_entry_point(capsys):
+    assert catalog.main(["smollm2-135m"]) == 0
+    name, path = capsys.readouterr().out.strip().split("\t")
+    assert name == "smollm2-135m" and Path(path).is_file()
+    assert catalog.main(["nope"]) == 1
+    assert "unknown model 'nope'" in capsys.readouterr().err

@@ -7,7 +7,6 @@ and compare it with ours live, on the same texts and on random ones.
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings

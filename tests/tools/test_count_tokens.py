@@ -93,3 +93,20 @@ def test_count_with_sentencepiece_and_qwen(gemma_and_qwen, tmp_path):
     assert chat["prompt_tokens"] == len(qwen.encode(qwen.apply_chat_template([{"role": "user", "content": TEXT}]),
                                                    add_special_tokens=False))
     assert chat["special_tokens"] == 6  # 2 per system and user turn, the generation prompt, and TEXT's <|im_start|>
+
+
+def test_chat_template_option(tmp_path, capsys):
+    text_file = tmp_path / "t.txt"
+    text_file.write_text("hello")
+    template = tmp_path / "chat.jinja"
+    template.write_text("{% for m in messages %}<|im_start|>{{ m['content'] }}{% endfor %}")
+    code, out = _cli(capsys, str(text_file), "--tiny", "--chat", "--chat-template", str(template))
+    from haltwise.tokenizer.tiny import tiny_tokenizer
+
+    assert code == 0 and out["prompt_tokens"] == len(tiny_tokenizer().encode("<|im_start|>hello",
+                                                                              add_special_tokens=False))
+    assert out["special_tokens"] == 1
+    template.write_text("{% for %}")
+    with pytest.raises(SystemExit):  # argparse: a template that does not compile is a usage error
+        main(["count-tokens", str(text_file), "--tiny", "--chat", "--chat-template", str(template)])
+    assert "does not compile" in capsys.readouterr().err
