@@ -30,8 +30,8 @@ class RepetitionDetection:
     min_tokens: int = 16   # a loop must cover at least this many tokens (avoids "!!!!" style false hits)
     near_loops: bool = True            # the near-loop detector (repeats that grow or drift)
     near_loop_ngram: int = 4           # n-gram length compared
-    near_loop_window: int = 96         # tokens looked back over; no verdict before this many
-    near_loop_max_novelty: float = 0.25  # fires when at most this share of the window's n-grams is new
+    near_loop_window: int = 64         # tokens looked back over; no verdict before this many
+    near_loop_max_novelty: float = 0.35  # fires when at most this share of the window's n-grams is new
 
     def __post_init__(self) -> None:
         if self.max_period < 1 or self.min_repeats < 2 or self.min_tokens < 1:

@@ -47,8 +47,8 @@ class RepetitionDetectionSpec(_Strict):
     min_tokens: int = Field(16, ge=1)
     near_loops: bool = True
     near_loop_ngram: int = Field(4, ge=1, le=32)
-    near_loop_window: int = Field(96, ge=2, le=4096)
-    near_loop_max_novelty: float = Field(0.25, ge=0.0, lt=1.0)
+    near_loop_window: int = Field(64, ge=2, le=4096)
+    near_loop_max_novelty: float = Field(0.35, ge=0.0, lt=1.0)
 
 
 class _GenerationRequest(_Strict):

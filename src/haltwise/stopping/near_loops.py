@@ -9,8 +9,10 @@ n-grams novel; text that keeps restating itself with small edits does not. The d
 the window is full and the novel share of its n-grams is at most `max_novelty`.
 
 Cost per token O(1): one n-gram key in and one out of a counter, and a running sum of flags.
-Defaults (sampling_params.RepetitionDetection) were chosen on eval-stops' greedy SmolLM2 outputs:
-they end the json-01 / json-04 / json-08 runaways and none of the 45 answers that end by themselves.
+Defaults (sampling_params.RepetitionDetection: 4-grams, window 64, max_novelty 0.35) were chosen on
+eval-stops' 45 greedy SmolLM2 (float32) outputs replayed through the detector: it fires on all 6 that
+run to 256 tokens (json-01, json-02, json-04, list-02, chat-07, loop-06, at tokens 66-133) and on
+none of the 39 that end by eos, whose lowest window novelty is 0.66.
 """
 from __future__ import annotations
 
@@ -22,7 +24,7 @@ class NearLoopDetector:
 
     __slots__ = ("ngram", "window", "max_novelty", "_recent", "_keys", "_flags", "_counts", "_repeated")
 
-    def __init__(self, ngram: int = 4, window: int = 96, max_novelty: float = 0.25):
+    def __init__(self, ngram: int = 4, window: int = 64, max_novelty: float = 0.35):
         if ngram < 1 or window < 2 or not 0.0 <= max_novelty < 1.0:
             raise ValueError("ngram >= 1, window >= 2 and 0 <= max_novelty < 1 required")
         self.ngram, self.window, self.max_novelty = ngram, window, max_novelty
