@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test bench-setup clean
+.PHONY: setup serve test bench-setup mutation clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -32,5 +32,11 @@ LLAMA_CMAKE_ARGS := -DGGML_NATIVE=OFF -DGGML_AVX2=ON -DGGML_AVX512=ON -DGGML_AVX
 bench-setup: $(STAMP)
 	CMAKE_ARGS="$(LLAMA_CMAKE_ARGS)" $(BIN)/pip install 'llama-cpp-python[server]'
 
+# Mutation testing of the stopping checks, the block allocator and the scheduler against their fast
+# tests (config in pyproject [tool.mutmut]). Not in CI, slow: about an hour on 2 idle cores.
+mutation: $(STAMP)
+	$(BIN)/pip install -q 'mutmut>=3.8'
+	OMP_NUM_THREADS=1 nice $(BIN)/mutmut run --max-children 2; $(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) mutants
