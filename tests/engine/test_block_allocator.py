@@ -262,3 +262,12 @@ TestAllocatorMachine.settings = settings(max_examples=150, stateful_step_count=4
 
 def test_blocks_for() -> None:
     assert [blocks_for(n, 4) for n in (0, 1, 4, 5, 8, 9)] == [0, 1, 1, 2, 2, 3]
+
+
+def test_can_allocate_is_true_exactly_up_to_the_free_blocks() -> None:
+    """Killed mutant (mutmut): `<=` -> `<` in can_allocate (a request that fits exactly was refused)."""
+    from haltwise.engine.block_allocator import BlockAllocator
+
+    alloc = BlockAllocator(num_blocks=4, block_size=16)
+    assert alloc.can_allocate(4 * 16) and alloc.can_allocate(4 * 16 - 15)
+    assert not alloc.can_allocate(4 * 16 + 1)

@@ -4,7 +4,12 @@ import time
 import pytest
 import torch
 
+from dataclasses import replace
+
+from haltwise.bench.hf_runner import hf_twin_of
 from haltwise.config import EngineConfig
+from haltwise.engine.model_runner import ModelRunner
+from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.engine.factory import build_engine
 from haltwise.errors import ContextLengthExceeded, InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.llm import LLM
@@ -29,41 +34,105 @@ def tiny_engine(**config):
     return build_engine(engine_config=EngineConfig(**{"kv_cache_memory": 4 * 2**20, **config}), tiny=True)
 
 
-def test_batched_greedy_equals_single_requests():
-    batched = run_all(tiny_engine(), PROMPTS, greedy(24))
+# Seeded sampling at temperature 1 with logprobs: sequences vary (the tiny random model repeats one id
+# under greedy, so token equality alone passes even with a KV cache that forgets every step), and each
+# token's logprob is checked against a cache-free oracle: transformers on the same weights, one forward.
+SAMPLED = SamplingParams(temperature=1.0, seed=11, max_tokens=24, logprobs=0,
+                         repetition_detection=RepetitionDetection(enabled=False))
+
+
+def oracle_logprobs(engine, out) -> list[float]:
+    """log p(token | prompt + earlier tokens) of each output token, from transformers' float32 twin."""
+    twin = hf_twin_of(engine.runner.model, "float32")
+    prompt, tokens = list(out.prompt_token_ids), list(out.outputs[0].token_ids)
+    with torch.inference_mode():
+        logits = twin(torch.tensor([prompt + tokens])).logits[0].float()
+    logp = torch.log_softmax(logits, dim=-1)
+    return [logp[len(prompt) - 1 + i, t].item() for i, t in enumerate(tokens)]
+
+
+def assert_matches_oracle(engine, outs, tol=1e-3) -> None:
+    for out in outs:
+        got = [lp.logprob for lp in out.outputs[0].logprobs]
+        assert len(got) == len(out.outputs[0].token_ids) > 0
+        assert got == pytest.approx(oracle_logprobs(engine, out), abs=tol)
+
+
+def test_batched_equals_single_requests_and_the_oracle():
+    engine = tiny_engine()
+    batched = run_all(engine, PROMPTS, SAMPLED)
+    assert all(len(set(o.outputs[0].token_ids)) > 4 for o in batched)  # not one repeated id
     for i, prompt in enumerate(PROMPTS):
-        alone = run_all(tiny_engine(), [prompt], greedy(24))[0]
+        alone = run_all(tiny_engine(), [prompt], SAMPLED)[0]
         assert batched[i].outputs[0].token_ids == alone.outputs[0].token_ids
+    assert_matches_oracle(engine, batched)
+    greedy_batched = run_all(tiny_engine(), PROMPTS, greedy(24))
+    for i, prompt in enumerate(PROMPTS):
+        assert greedy_batched[i].outputs[0].token_ids == run_all(tiny_engine(), [prompt], greedy(24))[0].outputs[0].token_ids
 
 
 def test_tiny_pool_preempts_and_still_matches_large_pool():
-    large = run_all(tiny_engine(), PROMPTS, greedy(40))
+    params = replace(SAMPLED, max_tokens=40)
+    large = run_all(tiny_engine(), PROMPTS, params)
     # 12 blocks of 16 tokens cannot hold 8 sequences of ~50 tokens at once: preemption must happen.
     small_engine = tiny_engine(kv_cache_memory=12 * 16 * 512, max_num_batched_tokens=64)
-    small = run_all(small_engine, PROMPTS, greedy(40))
+    small = run_all(small_engine, PROMPTS, params)
     assert small_engine.scheduler.num_preemptions > 0
     for a, b in zip(large, small):
         assert a.outputs[0].token_ids == b.outputs[0].token_ids
         assert a.outputs[0].text == b.outputs[0].text
+    assert_matches_oracle(small_engine, small)
     assert small_engine.allocator.num_used_blocks == 0
 
 
 def test_chunked_prefill_matches_unchunked():
     long_prompt = "The quick brown fox jumps over the lazy dog. " * 20
-    chunked = run_all(tiny_engine(max_num_batched_tokens=32), [long_prompt, "Hi"], greedy(16))
+    params = replace(SAMPLED, max_tokens=16)
+    engine = tiny_engine(max_num_batched_tokens=32)
+    chunked = run_all(engine, [long_prompt, "Hi"], params)
     whole = run_all(tiny_engine(enable_chunked_prefill=False, max_num_batched_tokens=2048), [long_prompt, "Hi"],
-                    greedy(16))
+                    params)
     assert [o.outputs[0].token_ids for o in chunked] == [o.outputs[0].token_ids for o in whole]
+    assert_matches_oracle(engine, chunked)
+
+
+def test_oracle_catches_a_kv_cache_zeroed_each_step(monkeypatch):
+    """Named fault: the KV cache is wiped after every step. Greedy token equality (the old check) still
+    holds -- batched and single are broken the same way -- but the logprobs leave the oracle."""
+    real = ModelRunner.execute
+
+    def forgetful(self, rows):
+        logits = real(self, rows)
+        for k, v in self.kv_caches:
+            k.zero_()
+            v.zero_()
+        return logits
+
+    monkeypatch.setattr(ModelRunner, "execute", forgetful)
+    batched = run_all(tiny_engine(), PROMPTS[:3], greedy(24))
+    for i, prompt in enumerate(PROMPTS[:3]):
+        assert batched[i].outputs[0].token_ids == run_all(tiny_engine(), [prompt], greedy(24))[0].outputs[0].token_ids
+    engine = tiny_engine()
+    with pytest.raises(AssertionError):
+        assert_matches_oracle(engine, run_all(engine, PROMPTS[:3], SAMPLED))
 
 
 def test_prefix_cache_hit_for_shared_system_prompt():
     llm = LLM(tiny=True, kv_cache_memory=4 * 2**20)
     system = {"role": "system", "content": "You are a careful assistant. " * 8}
-    llm.chat([system, {"role": "user", "content": "first question"}], greedy(4))
+    params = replace(SAMPLED, max_tokens=8)
+    llm.chat([system, {"role": "user", "content": "first question"}], params)
     before = llm.engine.allocator.prefix_cache_hits
-    second = llm.chat([system, {"role": "user", "content": "second"}], greedy(4))[0]
+    second = llm.chat([system, {"role": "user", "content": "second"}], params)[0]
     assert llm.engine.allocator.prefix_cache_hits - before >= 32
     assert second.num_cached_tokens >= 32
+    # the cached blocks give what a cache-off run computes
+    off = LLM(tiny=True, kv_cache_memory=4 * 2**20, enable_prefix_caching=False)
+    fresh = off.chat([system, {"role": "user", "content": "second"}], params)[0]
+    assert fresh.num_cached_tokens == 0
+    assert second.outputs[0].token_ids == fresh.outputs[0].token_ids
+    assert [x.logprob for x in second.outputs[0].logprobs] == pytest.approx(
+        [x.logprob for x in fresh.outputs[0].logprobs], abs=1e-4)
 
 
 def test_kv_budget_printout_equals_formula():
@@ -110,13 +179,16 @@ def test_admission_too_large_and_queue_full():
 
 def test_abort_frees_blocks_and_reports_cancelled():
     engine = tiny_engine()
-    engine.add_request("x", engine.tokenizer.encode("Hello"), greedy(100))
-    engine.add_request("y", engine.tokenizer.encode("World"), greedy(5))
+    engine.add_request("x", engine.tokenizer.encode("Hello " * 10), greedy(100))   # 2+ blocks
+    engine.add_request("y", engine.tokenizer.encode("World"), greedy(5))          # 1 block
     engine.step()
     engine.step()
+    blocks = {s.request_id: len(s.block_table) for s in engine.scheduler.running}
+    assert engine.allocator.num_used_blocks == blocks["x"] + blocks["y"] and blocks["x"] >= 2
     engine.abort("x")
     updates = {u.request_id: u for u in engine.step()}
     assert updates["x"].outputs[0].termination.reason.value == "cancelled"
+    assert engine.allocator.num_used_blocks == blocks["y"]  # exactly x's blocks are back, at once
     while engine.has_unfinished():
         engine.step()
     assert engine.allocator.num_used_blocks == 0
@@ -148,10 +220,10 @@ def test_nan_logits_end_request_with_error(monkeypatch):
 
 def test_step_failure_ends_only_its_sequences(monkeypatch):
     monkeypatch.setenv("HALTWISE_FAULTS", "raise@2")
-    engine = tiny_engine()
-    first = run_all(engine, ["Hello"], greedy(5))[0].outputs[0]
+    engine = tiny_engine(max_num_seqs=1)  # the second request waits: it is in flight, not in step 2
+    first, waiting = (o.outputs[0] for o in run_all(engine, ["Hello", "World"], greedy(5)))
     assert first.termination.reason.value == "error"
-    assert engine.last_step_error is not None
+    assert waiting.termination.reason.value == "max_tokens" and len(waiting.token_ids) == 5  # it survived
     second = run_all(engine, ["Hello"], greedy(5))[0].outputs[0]   # the engine keeps serving
     assert second.termination.reason.value == "max_tokens"
     assert engine.allocator.num_used_blocks == 0

@@ -27,6 +27,18 @@ def _up(url: str) -> bool:
         return False
 
 
+def _new_request_while_draining(url: str) -> httpx.Response | None:
+    """A new generation request sent after SIGTERM, while the stream above is still draining.
+
+    Refused either way: a 503 with Retry-After (the app's draining flag, set first) or, once uvicorn
+    has closed its listener (within ~0.1 s of the signal), no connection at all (None). Never served.
+    """
+    try:
+        return httpx.post(f"{url}/v1/completions", json={**PLAIN, "prompt": "hi", "max_tokens": 2}, timeout=30)
+    except httpx.ConnectError:
+        return None
+
+
 def test_sigterm_drains_stream_and_exits_zero() -> None:
     port = _free_port()
     url = f"http://127.0.0.1:{port}"
@@ -46,12 +58,16 @@ def test_sigterm_drains_stream_and_exits_zero() -> None:
                 events.append(data if data == "[DONE]" else json.loads(data))
                 if len(events) == 1:
                     proc.send_signal(signal.SIGTERM)
+                    refused = _new_request_while_draining(url)
         assert events[-1] == "[DONE]", events[-3:]
         last = events[-2]
         if "error" in last:  # cut by the shutdown: said so, in the OpenAI shape
             assert set(last["error"]) == {"message", "type", "param", "code"}
         else:
             assert last["choices"][0]["finish_reason"] == "length"
+        if refused is not None:
+            assert refused.status_code == 503 and "retry-after" in refused.headers, refused
+            assert set(refused.json()["error"]) == {"message", "type", "param", "code"}
         assert proc.wait(timeout=120) == 0
     finally:
         if proc.poll() is None:

@@ -1,11 +1,14 @@
 """The real server (tiny random-weight model) driven by the official openai client and raw httpx."""
 from __future__ import annotations
 
+import time
+
 import httpx
 import openai
 import pytest
 
-from tests.server.http_helpers import metric, sse_events, wait_until
+from haltwise.server.app import build_app
+from tests.server.http_helpers import ServerThread, metric, sse_events, tiny_engine, wait_until
 
 MSG = [{"role": "user", "content": "Say something."}]
 
@@ -210,20 +213,41 @@ def test_api_key_and_body_limit(keyed_server) -> None:
     assert error["code"] == "request_too_large"
 
 
-def test_stream_cut_by_client_frees_everything(tiny_server) -> None:
-    cancelled = metric(tiny_server.url, "haltwise_requests_finished_total", finish_reason="none",
-                       termination_reason="cancelled")
-    body = {"prompt": "a", "max_tokens": 200, "ignore_eos": True, "stream": True}
-    with httpx.stream("POST", tiny_server.url + "/v1/completions", json=body, timeout=60) as r:
-        for i, _ in enumerate(r.iter_lines()):
-            if i >= 6:
-                break
-    assert wait_until(lambda: metric(tiny_server.url, "haltwise_requests_running") == 0
-                      and metric(tiny_server.url, "haltwise_kv_blocks_used") == 0)
-    finished = metric(tiny_server.url, "haltwise_requests_finished_total", finish_reason="length",
-                      termination_reason="max_tokens")
-    assert finished >= 0 and metric(tiny_server.url, "haltwise_requests_finished_total", finish_reason="none",
-                                    termination_reason="cancelled") >= cancelled
+class _SlowRunner:
+    """Wraps the model runner so every step takes >= 100 ms: a 240-token request needs >= 24 s."""
+
+    def __init__(self, inner):
+        self.inner = inner
+
+    def execute(self, rows):
+        time.sleep(0.1)
+        return self.inner.execute(rows)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_stream_cut_by_client_is_counted_cancelled_once_and_frees_everything() -> None:
+    engine = tiny_engine()
+    engine.engine.runner = _SlowRunner(engine.engine.runner)
+    with ServerThread(build_app(engine, "tiny")) as server:
+        url = server.url
+        labels = {"cancelled": dict(finish_reason="none", termination_reason="cancelled"),
+                  "max_tokens": dict(finish_reason="length", termination_reason="max_tokens")}
+        before = {k: metric(url, "haltwise_requests_finished_total", **v) for k, v in labels.items()}
+        body = {"prompt": "a", "max_tokens": 240, "ignore_eos": True, "stream": True,
+                "repetition_detection": {"enabled": False}}
+        with httpx.stream("POST", url + "/v1/completions", json=body, timeout=60) as r:
+            assert r.status_code == 200
+            for i, _ in enumerate(r.iter_lines()):
+                if i >= 6:
+                    break
+        started = time.monotonic()
+        assert wait_until(lambda: metric(url, "haltwise_requests_running") == 0
+                          and metric(url, "haltwise_kv_blocks_used") == 0, 15)
+        assert time.monotonic() - started < 15  # freed by the cancel, not by finishing (>= 24 s of steps)
+        after = {k: metric(url, "haltwise_requests_finished_total", **v) for k, v in labels.items()}
+        assert after["cancelled"] - before["cancelled"] == 1 and after["max_tokens"] == before["max_tokens"]
 
 
 def test_metrics_counters_move(tiny_server) -> None:
