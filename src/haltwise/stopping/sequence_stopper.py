@@ -122,7 +122,7 @@ class SequenceStopper:
         waiting = self._matcher.flush() if self._matcher is not None else []
         if not (waiting and active):
             return term
-        return self._text_stop((matches if active else []) + waiting, index)
+        return self._text_stop(matches + waiting, index)
 
     def _noted(self, term: Termination) -> Termination:
         if self._params.auto_presets is None:
