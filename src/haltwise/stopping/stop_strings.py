@@ -172,7 +172,7 @@ class StopStringMatcher:
         delta, outputs, stops, left, right = self._delta, self._outputs, self._stops, self._left, self._right
         waiting = self._waiting
         for ch in chars:
-            word = is_word_char(ch)
+            word = ch.isalnum() or ch == "_"  # is_word_char, inlined (hot loop)
             if waiting:  # ch is the character after every waiting match: it decides them all
                 if not word:
                     matches += waiting
