@@ -9,6 +9,7 @@ from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
+from haltwise.stopping.intent import resolve_auto
 
 Message = dict[str, Any]
 
@@ -36,14 +37,16 @@ class LLM:
         if isinstance(prompts, str) or (isinstance(prompts, list) and prompts and isinstance(prompts[0], int)):
             prompts = [prompts]
         ids = [self.tokenizer.encode(p) if isinstance(p, str) else list(p) for p in prompts]
-        return self._run(ids, params or SamplingParams())
+        texts = [p if isinstance(p, str) else None for p in prompts]
+        return self._run(ids, resolve_auto(params or SamplingParams(), texts))
 
     def chat(self, messages: list[Message] | list[list[Message]], params: SamplingParams | None = None,
              add_generation_prompt: bool = True) -> list[RequestOutput]:
         """One conversation (a list of messages) or several; rendered with the model's chat template."""
         conversations = [messages] if messages and isinstance(messages[0], dict) else messages
         ids = [self.chat_prompt_ids(c, add_generation_prompt) for c in conversations]
-        return self._run(ids, params or SamplingParams())
+        last_user = [next((m["content"] for m in reversed(c) if m["role"] == "user"), None) for c in conversations]
+        return self._run(ids, resolve_auto(params or SamplingParams(), last_user))
 
     def chat_prompt_ids(self, messages: list[Message], add_generation_prompt: bool = True) -> list[int]:
         """The exact token ids the engine sees for a conversation (template rendered, special tokens parsed)."""

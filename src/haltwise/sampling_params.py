@@ -7,7 +7,8 @@ from haltwise.structured.spec import StructuredOutputs, StructureError
 
 MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
 MAX_STOP_STRING_LEN = 256  # characters per stop string
-STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn")
+STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn", "auto")  # auto: stopping/intent.py
+STOP_BOUNDARIES = ("prefix", "word")  # how stop strings match: anywhere, or only as whole words
 
 
 class ParamError(ValueError):
@@ -58,6 +59,8 @@ class SamplingParams:
     stop: tuple[str, ...] = ()
     stop_token_ids: tuple[int, ...] = ()
     stop_presets: tuple[str, ...] = ()  # structural stops: see STOP_PRESETS
+    stop_boundary: str = "prefix"       # "word": a stop that starts/ends with a word char needs a boundary there
+    auto_presets: str | None = None     # what stop_presets "auto" chose and why (set by intent.resolve_auto)
     include_stop_str_in_output: bool = False
     ignore_eos: bool = False
     skip_special_tokens: bool = True
@@ -112,6 +115,8 @@ class SamplingParams:
             need(s != "", "stop", "stop strings must not be empty")
             need(len(s) <= MAX_STOP_STRING_LEN, "stop",
                  f"stop strings must be at most {MAX_STOP_STRING_LEN} characters, got {len(s)}")
+        need(self.stop_boundary in STOP_BOUNDARIES, "stop_boundary",
+             f"stop_boundary must be one of {', '.join(STOP_BOUNDARIES)}, got {self.stop_boundary!r}")
         for t in self.stop_token_ids:
             need(_is_int(t) and t >= 0, "stop_token_ids", f"stop_token_ids must be non-negative integers, got {t!r}")
         for p in self.stop_presets:

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams
 from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
+from haltwise.stopping.intent import resolve_auto
 
 _STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 MAX_N = 128                     # sanity bound on choices per request; admission judges memory
@@ -83,7 +84,8 @@ class _GenerationRequest(_Strict):
     repetition_penalty: float = Field(1.0, gt=0.0, le=10.0)
     timeout: float | None = Field(None, gt=0.0)      # seconds; None = the server default
     truncate_prompt_tokens: int | None = Field(None, ge=1)
-    stop_presets: list[Literal["json", "line", "paragraph", "code_block", "turn"]] | None = None
+    stop_presets: list[Literal["json", "line", "paragraph", "code_block", "turn", "auto"]] | None = None
+    stop_boundary: Literal["prefix", "word"] = "prefix"   # "word": whole-word stop strings
     repetition_detection: RepetitionDetectionSpec | None = None
     # structured outputs (see structured_outputs.py)
     response_format: ResponseFormat | None = None
@@ -110,6 +112,7 @@ class _GenerationRequest(_Strict):
             max_tokens=max_tokens, min_tokens=self.min_tokens,
             stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
             stop_token_ids=tuple(self.stop_token_ids or ()), stop_presets=tuple(self.stop_presets or ()),
+            stop_boundary=self.stop_boundary,
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
             skip_special_tokens=self.skip_special_tokens, repetition_detection=detection,
             timeout=self.timeout, logprobs=logprobs, truncate_prompt_tokens=self.truncate_prompt_tokens,
@@ -137,7 +140,8 @@ class CompletionRequest(_GenerationRequest):
             raise ParamError("best_of", "best_of is not supported; use n")
         if self.echo and self.logprobs is not None:
             raise ParamError("echo", "echo with logprobs (prompt logprobs) is not supported")
-        return self.sampling_params(self.max_tokens, self.logprobs)
+        params = self.sampling_params(self.max_tokens, self.logprobs)
+        return resolve_auto(params, [p if isinstance(p, str) else None for p in self.prompts()])
 
     def prompts(self) -> list[str | list[int]]:
         """The prompts as a list: each a string or a token-id list; raises ParamError if any is empty."""
@@ -196,7 +200,12 @@ class ChatCompletionRequest(_GenerationRequest):
             raise ParamError("top_logprobs", "top_logprobs requires logprobs to be true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        return self.sampling_params(max_tokens, logprobs)
+        return resolve_auto(self.sampling_params(max_tokens, logprobs), [self.last_user_text()])
+
+    def last_user_text(self) -> str | None:
+        """The last user turn's text (what stop_presets "auto" classifies), None if there is none."""
+        users = [m.text() for m in self.messages if m.role == "user"]
+        return users[-1] if users else None
 
     def template_messages(self) -> list[dict[str, str]]:
         return [{"role": m.role, "content": m.text()} for m in self.messages]

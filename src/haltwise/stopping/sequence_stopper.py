@@ -18,9 +18,18 @@ Under a grammar (`structure_complete` passed to on_token): the token that comple
 ends the sequence with reason grammar, even below min_tokens; a stop string in the same token's
 text still wins (it cuts earlier); an end token that closes the structure counts as the grammar's
 end, not eos. The `json` preset is off under a grammar (the grammar ends JSON exactly).
+Whole-word stops (params.stop_boundary == "word", see stop_strings.py): a match is decided by the
+character after it, so it is taken at the token that brings that character (content checks must
+be active at that token). When the sequence ends for any other reason while a match at the very
+end is still waiting, the end of the text is a boundary: the match counts, as if found on that last
+token, and wins like any content stop (over eos, limits, a loop or the grammar end). For reasons
+decided outside (timeout, cancelled, error) it only moves the cut; the reason stays.
+`stop_presets: ["auto"]` is resolved before the stopper (stopping/intent.py); params.auto_presets,
+the classifier's report, is appended to every termination detail.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from typing import Mapping, Sequence
 
@@ -56,9 +65,10 @@ class SequenceStopper:
         for s in params.stop:
             if s in special_token_texts:
                 self._special[special_token_texts[s]] = (s, None)
-        self._watchers: list[TextStop] = [StopStringMatcher(params.stop)] if params.stop else []
+        self._matcher = StopStringMatcher(params.stop, params.stop_boundary) if params.stop else None
+        self._watchers: list[TextStop] = [self._matcher] if self._matcher is not None else []
         presets = [p for p in dict.fromkeys(params.stop_presets)
-                   if not (p == "json" and params.structured_outputs is not None)]
+                   if p != "auto" and not (p == "json" and params.structured_outputs is not None)]
         self._watchers += [make_preset(name, markers) for name in presets]
         rd = params.repetition_detection
         self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens) if rd.enabled else None
@@ -89,6 +99,7 @@ class SequenceStopper:
         period = self._loops.append(token_id) if self._loops is not None else None
         near = self._near.append(token_id) if self._near is not None else False
         active = criteria.content_checks_active(n, self._params.min_tokens)
+        matches: list[Match] = []
         if structure_complete is not None and token_id in self._eos:
             term = self._grammar_stop(structure_complete, index, f"end token {token_id}")
         else:
@@ -102,8 +113,21 @@ class SequenceStopper:
         if term is None:
             term = self._limit_or_loop(n, period, near)
         if term is not None:
+            term = self._noted(self._settle_waiting(term, matches, index, active))
             self._term = term
         return term
+
+    def _settle_waiting(self, term: Termination, matches: list[Match], index: int, active: bool) -> Termination:
+        """The text ends with this token: whole-word matches still waiting at its end count now."""
+        waiting = self._matcher.flush() if self._matcher is not None else []
+        if not (waiting and active):
+            return term
+        return self._text_stop(matches + waiting, index)
+
+    def _noted(self, term: Termination) -> Termination:
+        if self._params.auto_presets is None:
+            return term
+        return dataclasses.replace(term, detail=f"{term.detail} [{self._params.auto_presets}]")
 
     def _token_stop(self, token_id: int, index: int, delta_text: str) -> Termination | None:
         """Stop tokens, special-token stop strings and eos; the token's own text is not returned
@@ -203,6 +227,7 @@ class SequenceStopper:
         """
         if self._final is not None:
             return ""
+        self._cut_at_waiting()
         if self._term is None:
             self._term = term
         end = self._fed if self._cut is None else self._cut
@@ -216,9 +241,18 @@ class SequenceStopper:
 
     def terminate(self, reason: Reason, detail: str = "") -> Termination:
         """A Termination for a reason decided outside (timeout, cancelled, error), positioned here."""
+        self._cut_at_waiting()
         kept = self.num_output_tokens_kept
         end = self._fed if self._cut is None else self._cut
-        return Termination(reason, detail, token_index=kept - 1, char_offset=end)
+        return self._noted(Termination(reason, detail, token_index=kept - 1, char_offset=end))
+
+    def _cut_at_waiting(self) -> None:
+        """An end decided outside: a whole-word match waiting at the text's end moves the cut to it."""
+        waiting = self._matcher.flush() if self._matcher is not None else []
+        if waiting and self._cut is None and criteria.content_checks_active(self._num_tokens, self._params.min_tokens):
+            best = min(waiting, key=lambda m: (m.start, m.end))
+            self._cut = best.end if self._params.include_stop_str_in_output else best.start
+            self._kept = self._num_tokens
 
     # ---- state -----------------------------------------------------------------------------
     @property

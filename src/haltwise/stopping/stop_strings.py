@@ -10,11 +10,27 @@ Holdback, for stops {"\\n\\n", "END"} after the text "...the E":
     text:     . . . t h e ␣ E
                             ^-- automaton state = node "E" (depth 1, has children) -> pending() = 1
     released: . . . t h e ␣ |   (the "E" is held until the next chars show it is not "END")
+
+Word boundaries (boundary="word"): a stop whose first character is a word character (str.isalnum()
+or "_", the same class as Python's re \\w) only counts when the character before it is not one (or
+it starts the text); a stop whose last character is a word character only counts when the character
+after it is not one. So for the stop "END", "ENDING" and "BACKEND" are not cut, "THE END." is. A
+stop such as "Q:" needs a boundary only before it; "\\n\\n" behaves as in prefix mode. The right side
+of a match at the end of the text so far is not known yet: the match is *pending* and held back
+(pending() covers it) until the next character decides it; `flush()` ends the text, where the end
+counts as a boundary (as $ or \\b at the end in a regex), and returns the pending matches.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol, Sequence
+from typing import Literal, Protocol, Sequence
+
+Boundary = Literal["prefix", "word"]
+
+
+def is_word_char(ch: str) -> bool:
+    """The character class of Python's re \\w for str patterns."""
+    return ch.isalnum() or ch == "_"
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,14 +68,27 @@ class StopStringMatcher:
       outputs[n]   stop lengths ending here (its own and via fail links), as indices into _stops;
       hold[n]      depth of the longest suffix of n's prefix that is a *proper* prefix of a stop,
                    i.e. the deepest node on n's fail chain that has children.
+
+    Word mode also keeps, per stop, whether each side needs a boundary (_left/_right), the
+    word-character flags of the last max_len + 1 characters as bits (bit 0 = last character), and
+    the right-pending matches, all ending at the current position.
     """
 
-    __slots__ = ("_stops", "_children", "_fail", "_depth", "_outputs", "_hold", "_delta", "_state", "_pos")
+    __slots__ = ("_stops", "_children", "_fail", "_depth", "_outputs", "_hold", "_delta", "_state", "_pos",
+                 "_word", "_left", "_right", "_bits", "_bits_mask", "_waiting")
 
-    def __init__(self, stops: Sequence[str]):
+    def __init__(self, stops: Sequence[str], boundary: Boundary = "prefix"):
         if any(not s for s in stops):
             raise ValueError("stop strings must be non-empty")
+        if boundary not in ("prefix", "word"):
+            raise ValueError(f"boundary must be 'prefix' or 'word', got {boundary!r}")
         self._stops: tuple[str, ...] = tuple(sorted(set(stops)))  # order of the list never matters
+        self._word = boundary == "word"
+        self._left = tuple(self._word and is_word_char(s[0]) for s in self._stops)
+        self._right = tuple(self._word and is_word_char(s[-1]) for s in self._stops)
+        self._bits = 0
+        self._bits_mask = (1 << (max(map(len, self._stops), default=0) + 1)) - 1
+        self._waiting: list[Match] = []  # word mode: matches whose right side is not known yet
         self._children: list[dict[str, int]] = [{}]
         self._depth: list[int] = [0]
         own: list[list[int]] = [[]]
@@ -123,6 +152,8 @@ class StopStringMatcher:
         matches: list[Match] = []
         state, pos = self._state, self._pos
         delta, outputs, stops = self._delta, self._outputs, self._stops
+        if self._word:
+            return self._feed_words(chars)
         for ch in chars:
             nxt = delta[state].get(ch)
             state = self._step(state, ch) if nxt is None else nxt
@@ -134,6 +165,40 @@ class StopStringMatcher:
         self._state, self._pos = state, pos
         return matches
 
+    def _feed_words(self, chars: str) -> list[Match]:
+        """feed() in word mode: the same walk, plus the boundary checks on both sides."""
+        matches: list[Match] = []
+        state, pos, bits, mask = self._state, self._pos, self._bits, self._bits_mask
+        delta, outputs, stops, left, right = self._delta, self._outputs, self._stops, self._left, self._right
+        waiting = self._waiting
+        for ch in chars:
+            word = ch.isalnum() or ch == "_"  # is_word_char, inlined (hot loop)
+            if waiting:  # ch is the character after every waiting match: it decides them all
+                if not word:
+                    matches += waiting
+                waiting = []
+            nxt = delta[state].get(ch)
+            state = self._step(state, ch) if nxt is None else nxt
+            pos += 1
+            bits = ((bits << 1) | word) & mask
+            for i in outputs[state]:
+                n = len(stops[i])
+                if left[i] and (bits >> n) & 1:  # the character before the match is a word character
+                    continue
+                m = Match(pos - n, pos, stops[i])
+                (waiting if right[i] else matches).append(m)
+        self._state, self._pos, self._bits, self._waiting = state, pos, bits, waiting
+        return matches
+
+    def flush(self) -> list[Match]:
+        """The text ends here: the pending matches count (the end is a boundary); returns and clears them."""
+        out, self._waiting = self._waiting, []
+        return out
+
     def pending(self) -> int:
-        """Length of the longest suffix of the text fed so far that is a proper prefix of a stop."""
-        return self._hold[self._state]
+        """Length of the longest suffix of the text fed so far that is a proper prefix of a stop,
+        or, in word mode, that starts a match still waiting for its right side (the longer)."""
+        hold = self._hold[self._state]
+        if self._waiting:
+            return max(hold, self._pos - min(m.start for m in self._waiting))
+        return hold
