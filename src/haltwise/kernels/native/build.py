@@ -12,6 +12,7 @@ excluded.
 """
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import os
 import platform
@@ -56,9 +57,16 @@ def load(verbose: bool = False) -> ModuleType | None:
         directory = cache_root() / key
         directory.mkdir(parents=True, exist_ok=True)
         os.environ.setdefault("MAX_JOBS", str(max(1, min(3, os.cpu_count() or 1))))
-        _state["module"] = cpp_extension.load(
-            name=f"haltwise_native_{key}", sources=[str(CSRC / s) for s in SOURCES],
-            extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS), build_directory=str(directory), verbose=verbose)
+        # torch's own build lock is a plain file that a killed build leaves behind, after which every
+        # later load waits on it forever. An flock dies with its holder: under it, no other haltwise
+        # build runs, so a torch lock file found here is stale and is removed.
+        with open(directory / "haltwise.flock", "w") as guard:
+            fcntl.flock(guard, fcntl.LOCK_EX)
+            (directory / "lock").unlink(missing_ok=True)
+            _state["module"] = cpp_extension.load(
+                name=f"haltwise_native_{key}", sources=[str(CSRC / s) for s in SOURCES],
+                extra_cflags=list(CFLAGS), extra_ldflags=list(LDFLAGS), build_directory=str(directory),
+                verbose=verbose)
     except Exception as e:  # compiler missing, ninja missing, compile error: every cause is a reason
         _state["failure"] = _describe(e)
         return None
