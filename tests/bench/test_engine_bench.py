@@ -40,12 +40,12 @@ def test_tiny_engine_bench_writes_json_and_png(tmp_path, capsys):
     assert all("lower is better" in r["extra"]["ratio_meaning"] for r in chunked)
 
 
-def test_bfloat16_label_names_the_quantized_decode_copies():
-    """bench engine --dtype bfloat16 also turns on int4/int8 copies for haltwise only: the row says so."""
+def test_label_says_what_the_engine_runs():
+    """bench engine rows name the resolved engine: auto's plan formats are not float32's exact path."""
     from haltwise.config import EngineConfig
 
-    assert engine_label(EngineConfig(dtype="bfloat16")) == "dtype bfloat16, int4/int8 weight copies for steps <= 4 rows"
-    assert engine_label(EngineConfig(dtype="float32")) == "dtype float32"
+    assert engine_label(EngineConfig(dtype="auto")).startswith("dtype auto: float32 activations and KV, each linear")
+    assert engine_label(EngineConfig(dtype="float32")) == "dtype float32: every linear, activation and the KV cache in float32"
 
 
 def test_order_alternates_even_with_one_repeat():

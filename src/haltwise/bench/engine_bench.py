@@ -108,10 +108,9 @@ CHUNKED_RATIO_MEANING = ("TTFT with chunked prefill on / off: < 1 means chunking
 
 def engine_label(config: Any) -> str:
     """What the haltwise engine really runs, in a few words (the resolved EngineConfig)."""
-    label = f"dtype {config.dtype}"
-    if getattr(config, "quantized_decode_rows", 0):
-        label += f", int4/int8 weight copies for steps <= {config.quantized_decode_rows} rows"
-    return label
+    if config.dtype == "auto":
+        return "dtype auto: float32 activations and KV, each linear in its host-measured kernel-plan format"
+    return f"dtype {config.dtype}: every linear, activation and the KV cache in {config.dtype}"
 
 
 LEGEND = """\
