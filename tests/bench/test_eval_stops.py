@@ -95,3 +95,16 @@ def test_loads_a_custom_prompt_file(tmp_path):
     with pytest.raises(KeyError):
         path.write_text(json.dumps({"id": "x"}) + "\n")
         eval_stops.load_prompt_set(path)
+
+
+def test_strategy_f_constrains_only_json_prompts_and_g_picks_presets_itself():
+    from haltwise.bench.eval_stops import load_prompt_set, strategy_params
+
+    prompts = {p.kind: p for p in load_prompt_set()}
+    f_json = strategy_params("f", prompts["json"], 64, 30.0)
+    assert f_json.structured_outputs is not None and f_json.structured_outputs.json_object
+    assert strategy_params("f", prompts["list"], 64, 30.0).structured_outputs is None
+    g_json, g_list = (strategy_params("g", prompts[k], 64, 30.0) for k in ("json", "list"))
+    assert g_json.stop_presets == ("json",) and "auto -> json" in g_json.auto_presets
+    assert g_list.stop_presets == ("paragraph",) and g_list.stop == ()
+    assert g_list.repetition_detection.enabled and g_list.timeout is None

@@ -10,6 +10,8 @@ runs the whole set through the real model, greedy, all prompts submitted at once
   c  + stops for the kind the prompt's stop strings and presets
   d  + loop detection     repetition detector on (default settings)
   e  + deadline           everything, and a per-request deadline (--deadline seconds)
+  f  e + grammar          e, and JSON prompts constrained to a JSON object (response_format json_object)
+  g  eos + auto + loops   no hand-chosen stops: stop_presets ["auto"] picks them from the prompt
 
 Each strategy is one row of STRATEGIES (a Strategy: which layers it turns on, plus an optional
 per-prompt hook for request fields a later strategy adds, e.g. a grammar); add a row to add one.
@@ -32,6 +34,8 @@ from haltwise.bench import common, stop_metrics
 from haltwise.bench.common import Progress
 from haltwise.bench.stop_metrics import Generation
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
+from haltwise.stopping.intent import resolve_auto
+from haltwise.structured.spec import StructuredOutputs
 
 PROMPT_SET = "stop_prompts.jsonl"
 
@@ -64,7 +68,21 @@ class Strategy:
             repetition_detection=RepetitionDetection(enabled=self.loops),
             timeout=deadline_s if self.deadline else None)
         fields.update(self.extra(prompt) if self.extra else {})
-        return SamplingParams(**fields)
+        return resolve_auto(SamplingParams(**fields), [last_user_text(prompt)])  # no-op without "auto"
+
+
+def last_user_text(prompt: StopPrompt) -> str | None:
+    return next((m["content"] for m in reversed(prompt.messages) if m.get("role") == "user"), None)
+
+
+def _json_grammar(prompt: StopPrompt) -> dict[str, Any]:
+    """(f): a JSON prompt is constrained to a JSON object, so it ends when the object closes."""
+    return {"structured_outputs": StructuredOutputs(json_object=True)} if prompt.kind == "json" else {}
+
+
+def _auto_presets(prompt: StopPrompt) -> dict[str, Any]:
+    """(g): the intent classifier, not a hand-chosen list, picks the structural presets."""
+    return {"stop_presets": ("auto",)}
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -73,6 +91,8 @@ STRATEGIES: dict[str, Strategy] = {
     "c": Strategy("c + stop strings/presets", stops=True),
     "d": Strategy("d + loop detection", stops=True, loops=True),
     "e": Strategy("e + deadline (everything)", stops=True, loops=True, deadline=True),
+    "f": Strategy("f e + grammar for JSON", stops=True, loops=True, deadline=True, extra=_json_grammar),
+    "g": Strategy("g eos + auto presets + loops", loops=True, extra=_auto_presets),
 }
 LABELS = {k: v.label for k, v in STRATEGIES.items()}
 REFERENCE = "b"  # its text is where the content checkers look (the model's own longest answer)
