@@ -75,8 +75,10 @@ def test_tiny_run_writes_complete_records(tmp_path, capsys):
         assert s["completeness"] is None or 0.0 <= s["completeness"] <= 1.0
         assert 0.0 <= s["token_efficiency"] <= 1.0 and s["latency_missing"] == 0
         assert s["useful_tokens"] <= s["generated_tokens"] <= n * 12
-        assert s["divergences"] == 0  # greedy: every output a prefix of one sequence (checked, not assumed)
-    assert result["reference_strategy"] == "b" and result["divergences"] == []
+        if s["strategy"] != "f":  # greedy: every output a prefix of one sequence (checked, not assumed)
+            assert s["divergences"] == 0
+    assert result["reference_strategy"] == "b"
+    assert {d["strategy"] for d in result["divergences"]} <= {"f"}  # a grammar may steer off the greedy path
     assert set(result["content_ends"]) == {g["prompt_id"] for g in result["generations"]["a"]}
     a = result["strategies"][0]
     assert a["runaways"] == n and a["reasons"] == {"max_tokens": n}  # no eos, no stops: every one runs to the limit
