@@ -123,8 +123,8 @@ def test_preemption_keeps_matchers_in_step() -> None:
     """A pool too small for every sequence: recomputed sequences end exactly as without preemption."""
     prompts = [f"prompt number {i} " * 3 for i in range(8)]
     p = params(StructuredOutputs(regex="[a-z ]{30,50}!"), temperature=0.0, max_tokens=40)
-    large = LLM(tiny=True, kv_cache_memory=8 * 2**20, max_model_len=256).generate(prompts, p)
-    small = LLM(tiny=True, kv_cache_memory=12 * 16 * 512, max_model_len=256, max_num_batched_tokens=64)
+    large = LLM(tiny=True, kv_cache_memory=8 * 2**20, max_model_len=192).generate(prompts, p)
+    small = LLM(tiny=True, kv_cache_memory=12 * 16 * 512, max_model_len=192, max_num_batched_tokens=64)
     outs = small.generate(prompts, p)
     assert small.engine.scheduler.num_preemptions > 0
     for a, b in zip(large, outs):
