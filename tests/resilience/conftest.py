@@ -19,7 +19,8 @@ PLAIN = {"model": "tiny", "temperature": 0.0, "ignore_eos": True, "repetition_de
 
 @contextlib.contextmanager
 def fault_server(monkeypatch: pytest.MonkeyPatch, faults: str, *, kv_cache_memory: int = 8 * 2**20,
-                 max_queue: int = 256, watermark: float = 0.9, **build: Any) -> Iterator[ServerThread]:
+                 max_queue: int = 256, watermark: float = 0.9, max_model_len: int = 256,
+                 **build: Any) -> Iterator[ServerThread]:
     """A tiny-model server whose model runner applies `faults` (HALTWISE_FAULTS syntax; "" = none)."""
     from haltwise.engine.async_engine import AsyncEngine
 
@@ -28,7 +29,7 @@ def fault_server(monkeypatch: pytest.MonkeyPatch, faults: str, *, kv_cache_memor
             m.setenv(ENV_VAR, faults)
         else:
             m.delenv(ENV_VAR, raising=False)
-        config = EngineConfig(kv_cache_memory=kv_cache_memory, max_model_len=256, max_queue=max_queue,
+        config = EngineConfig(kv_cache_memory=kv_cache_memory, max_model_len=max_model_len, max_queue=max_queue,
                               watermark=watermark)
         engine = AsyncEngine.build(engine_config=config, tiny=True, **build)
     with ServerThread(build_app(engine, "tiny")) as server:

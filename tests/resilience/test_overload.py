@@ -25,7 +25,8 @@ async def _burst(url: str, round_: int) -> list[httpx.Response]:
 
 
 def test_burst_on_small_pool_degrades_gracefully(monkeypatch) -> None:
-    with fault_server(monkeypatch, "", kv_cache_memory=POOL_BLOCKS * BLOCK_BYTES, max_queue=2) as s:
+    with fault_server(monkeypatch, "", kv_cache_memory=POOL_BLOCKS * BLOCK_BYTES, max_queue=2,
+                      max_model_len=POOL_BLOCKS * 16) as s:  # a window the pool can hold (else refused at start)
         assert metric(s.url, "haltwise_kv_blocks_total") == POOL_BLOCKS
         statuses: collections.Counter[int] = collections.Counter()
         for round_ in range(6):  # a few bursts until both a rejection and a preemption were seen

@@ -102,6 +102,8 @@ def streams(draw, p: SamplingParams) -> list[tuple[int, str]]:
         ids = (head + pattern * n)[:n]
     else:
         ids = [draw(token_ids) for _ in range(n)]
+    if p.stop_token_ids and draw(st.integers(0, 3)) == 0:  # a stop token planted (ids 2-9 alone are too rare)
+        ids[draw(st.integers(0, n - 1))] = draw(st.sampled_from(p.stop_token_ids))
     deltas = [draw(delta_texts) for _ in range(n)]
     for _ in range(draw(st.integers(0, 2)) if p.stop else 0):
         stop = draw(st.sampled_from(p.stop))
