@@ -135,7 +135,8 @@ def stopper_property(max_examples: int = 400) -> Counter[str]:
     """The stopper against the reference; returns what the examples reached."""
     reached: Counter[str] = Counter()
 
-    @settings(max_examples=max_examples, deadline=None, database=None, report_multiple_bugs=False)
+    # derandomize: the coverage assertion below must not depend on the run (CI gets the same 400 examples)
+    @settings(max_examples=max_examples, deadline=None, database=None, report_multiple_bugs=False, derandomize=True)
     @given(cases(), st.integers(0, 10), st.integers(1, 80), st.lists(st.booleans(), min_size=40, max_size=40))
     def check(case, num_prompt, window, release_now):
         p, tokens = case

@@ -40,7 +40,8 @@ def matcher_property(matcher_cls, max_examples: int = 300) -> Counter[str]:
     """Run the property over `matcher_cls`; return how often each hard case was reached."""
     reached: Counter[str] = Counter()
 
-    @settings(max_examples=max_examples, deadline=None, database=None, report_multiple_bugs=False)
+    # derandomize: the coverage assertion must not depend on the run
+    @settings(max_examples=max_examples, deadline=None, database=None, report_multiple_bugs=False, derandomize=True)
     @given(planted())
     def check(case):
         text, stops, cuts = case
