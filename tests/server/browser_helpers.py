@@ -124,3 +124,12 @@ def finished(page: Any, limit_ms: int = 120_000) -> str:
 
 def running(url: str) -> float:
     return metric(url, "haltwise_requests_running")
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    """One headless Chromium per test module (skips, saying why, where none can run)."""
+    require_browser()
+    b = Browser()
+    yield b
+    b.close()

@@ -14,7 +14,7 @@ import pytest
 
 from haltwise.server.app import build_app
 from haltwise.server.serve import add_arguments
-from tests.server.browser_helpers import (Browser, finished, record_growth, require_browser, running, serve,
+from tests.server.browser_helpers import (Browser, browser, finished, record_growth, require_browser, running, serve,
                                           set_params, shot)
 from tests.server.http_helpers import ServerThread, tiny_engine, wait_until
 
@@ -30,14 +30,6 @@ PACED = "stall@1-100000:0.004"
 def tiny_url() -> Iterator[str]:
     yield from serve("--tiny", "--served-model-name", "tiny", "--threads", "1", "--kv-cache-memory", "16MiB",
                      faults=PACED)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    require_browser()
-    b = Browser()
-    yield b
-    b.close()
 
 
 # ---- without a browser -------------------------------------------------------------------------

@@ -6,19 +6,11 @@ from typing import Iterator
 
 import pytest
 
-from tests.server.browser_helpers import (Browser, finished, record_growth, require_browser, running, serve,
+from tests.server.browser_helpers import (Browser, browser, finished, record_growth, require_browser, running, serve,
                                           set_params, shot)
 from tests.server.http_helpers import wait_until
 
 pytestmark = pytest.mark.slow  # loading the GGUF and greedy decoding on a shared 2-core machine
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    require_browser()
-    b = Browser()
-    yield b
-    b.close()
 
 
 @pytest.fixture(scope="module")
