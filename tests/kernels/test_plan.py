@@ -66,3 +66,35 @@ def test_plan_round_trips_through_json():
     stale = plan.to_json() | {"buckets": [1, 2]}
     with pytest.raises(ValueError):
         KernelPlan.from_json(stale)
+
+
+class BusyAtTwoRows(LinearFormat):
+    """float32, but its first `busy_calls` calls at 2 rows each lose 40 ms (a host busy while timing)."""
+    name, tolerance, exact = "test-busy", 1e-5, True
+
+    def __init__(self, busy_calls: int) -> None:
+        self.busy_calls = busy_calls
+
+    def prepare(self, source):
+        return source.weight.float()
+
+    def run(self, prepared, x):
+        if x.shape[0] == 2 and self.busy_calls > 0:
+            self.busy_calls -= 1
+            time.sleep(0.04)
+        return torch.nn.functional.linear(x, prepared)
+
+
+def test_a_cell_spoiled_by_a_busy_host_is_timed_again():
+    # warm-up + the first samples at 2 rows all sleep: only the re-timing round sees the real time.
+    plan = measure_plan([LinearSource("a", dense_weight())], [BusyAtTwoRows(busy_calls=3)], probe())
+    (group,) = plan.groups.values()
+    assert group.ms["test-busy"][1] < 20.0
+    assert plan.noisy == []
+
+
+def test_a_cell_that_stays_implausible_marks_the_plan_noisy():
+    plan = measure_plan([LinearSource("a", dense_weight())], [BusyAtTwoRows(busy_calls=10**6)], probe())
+    (group,) = plan.groups.values()
+    assert group.ms["test-busy"][1] >= 40.0
+    assert any(cell.endswith(":test-busy:2") for cell in plan.noisy)

@@ -35,7 +35,10 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     plan = plan_cache.load(key) if use_cache else None
     if plan is None or set(plan.groups) != set(groups):
         plan = measure_plan([s for _, _, s in sources], formats, host, cache_key=key)
-        if use_cache:
+        if plan.noisy:
+            log.warning("the host was too busy to time %d kernel-plan cells (%s ...); this plan is used "
+                        "but not cached, so the next start measures again", len(plan.noisy), plan.noisy[0])
+        elif use_cache:
             plan_cache.store(plan)
     counts = apply_plan(model, plan, {f.name: f for f in formats}, sources)
     return plan, counts

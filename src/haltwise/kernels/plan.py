@@ -5,8 +5,12 @@ prepared in every registered format. A format is excluded on this host when it i
 prepare or run raises, or when its output disagrees with float32 F.linear by more than its tolerance
 (max|y - y_ref| / max|y_ref| on random inputs of 1 and 33 rows). The rest are timed at each bucket's row
 count, interleaved single calls, the fastest of a few (a loaded host only ever adds time: on a shared 2-core
-machine medians swung 100x between runs while minimums held); a format more than DROP_FACTOR slower
-than the best at a bucket is not timed at larger buckets (its time only grows). A source with
+machine medians swung 100x between runs while minimums held). A busy host can still spoil every sample
+of a cell (a 2-thread call whose second thread waits a whole time slice), so cells that break what any
+matmul obeys -- more rows never take less time, and time per row never grows with the rows -- are timed
+again (RETIMES rounds, the minimum kept), and so is a format before it is dropped for being more than
+DROP_FACTOR slower than the best at a bucket (it is then not timed at larger buckets: its time only grows).
+A plan whose cells are still implausible after that is marked `noisy` and not cached. A source with
 `max_rows` (lm_head: only sampled rows reach it) is not timed beyond the bucket that covers them.
 Each bucket keeps its measured formats ranked fastest first; PlannedLinear takes the first it can
 prepare, and float32 always remains.
@@ -28,6 +32,8 @@ BUCKETS = (1, 2, 4, 8, 16, 32, 64, 256)   # a step of r rows uses the smallest b
 DROP_FACTOR = 3.0
 SAMPLES = 7                               # single timed calls per format and bucket, the fastest kept ...
 SAMPLE_BUDGET_MS = 30.0                   # ... but past 2 calls, none once a format has spent this long
+RETIMES = 3                               # extra rounds for implausible cells
+PLAUSIBLE_SLACK = 2.0                     # tolerated breach of the two rules above (timer noise, cache effects)
 CHECK_ROWS = (1, 33)
 FALLBACK = "float32"
 
@@ -55,6 +61,7 @@ class KernelPlan:
     groups: dict[str, GroupPlan]
     measure_s: float
     from_cache: bool = False
+    noisy: list[str] = field(default_factory=list)   # "group:format:bucket" cells still implausible
 
     def ranking(self, group_key: str, bucket: int) -> list[str]:
         group = self.groups.get(group_key)
@@ -139,25 +146,56 @@ def measure_group(key: str, sources: list[LinearSource], formats: Iterable[Linea
             plan.excluded[fmt.name] = why
     gen = torch.Generator().manual_seed(1)
     last = bucket_index(max((s.max_rows or BUCKETS[-1]) for s in sources))
-    for b, rows in enumerate(BUCKETS):
-        if b > last:
-            for name, t in plan.ms.items():
-                t[b] = t[last]                               # rows beyond max_rows never come
-            continue
-        x = torch.randn(rows, source.shape[1], generator=gen)
-        times: dict[str, list[float]] = {n: [] for n in live}
+    inputs = [torch.randn(rows, source.shape[1], generator=gen) for rows in BUCKETS[:last + 1]]
+    timed: dict[str, tuple[LinearFormat, object]] = dict(live)
+    for b, x in enumerate(inputs):
         for name, (fmt, prepared) in live.items():              # warm-up call (first-call packing, caches)
             fmt.run(prepared, x)
-        for i in range(samples):                               # interleaved single calls
-            for name, (fmt, prepared) in live.items():
-                if i < 2 or sum(times[name]) < SAMPLE_BUDGET_MS:
-                    times[name].append(_call_ms(fmt, prepared, x))
-        medians = {n: min(t) for n, t in times.items()}
-        for name, t in medians.items():
-            plan.ms[name][b] = round(t, 4)
-        best = min(medians.values(), default=0.0)
-        live = {n: v for n, v in live.items() if medians[n] <= DROP_FACTOR * best or n == FALLBACK}
+        _time_cell(plan, live, b, x, samples)
+        best = min(plan.ms[n][b] for n in live)
+        slow = [n for n in live if plan.ms[n][b] > DROP_FACTOR * best and n != FALLBACK]
+        if slow:                                                # confirm before dropping
+            _time_cell(plan, {n: live[n] for n in slow}, b, x, samples)
+            best = min(plan.ms[n][b] for n in live)
+        live = {n: v for n, v in live.items() if plan.ms[n][b] <= DROP_FACTOR * best or n == FALLBACK}
+    for _ in range(RETIMES):
+        cells = implausible_cells(plan, last)
+        for name, b in cells:
+            _time_cell(plan, {name: timed[name]}, b, inputs[b], samples)
+    for b in range(last + 1, len(BUCKETS)):
+        for t in plan.ms.values():
+            t[b] = t[last]                                       # rows beyond max_rows never come
     return plan
+
+
+def _time_cell(plan: GroupPlan, live: dict[str, tuple[LinearFormat, object]], b: int, x: torch.Tensor,
+               samples: int) -> None:
+    """Interleaved single calls of each live format at bucket b; keeps the minimum with any earlier time."""
+    times: dict[str, list[float]] = {n: [] for n in live}
+    for i in range(samples):
+        for name, (fmt, prepared) in live.items():
+            if i < 2 or sum(times[name]) < SAMPLE_BUDGET_MS:
+                times[name].append(_call_ms(fmt, prepared, x))
+    for name, t in times.items():
+        old = plan.ms[name][b]
+        plan.ms[name][b] = round(min(t) if old is None else min(old, *t), 4)
+
+
+def implausible_cells(plan: GroupPlan, last: int) -> list[tuple[str, int]]:
+    """(format, bucket) cells breaking monotonicity: slower than the next bucket's (more rows), or
+    slower per row than the previous bucket's, each beyond PLAUSIBLE_SLACK."""
+    cells = []
+    for name, t in plan.ms.items():
+        for b in range(last + 1):
+            if t[b] is None:
+                continue
+            after = t[b + 1] if b < last else None
+            before = t[b - 1] if b else None
+            growth = BUCKETS[b] / BUCKETS[b - 1] if b else 1
+            if (after is not None and t[b] > PLAUSIBLE_SLACK * after) or \
+               (before is not None and t[b] > PLAUSIBLE_SLACK * growth * before + 0.05):
+                cells.append((name, b))
+    return cells
 
 
 def group_sources(sources: Iterable[LinearSource]) -> dict[str, list[LinearSource]]:
@@ -172,5 +210,8 @@ def measure_plan(sources: list[LinearSource], formats: list[LinearFormat], host:
     start = time.perf_counter()
     groups = {key: measure_group(key, members, formats, host, samples)
               for key, members in group_sources(sources).items()}
+    last = {k: bucket_index(max((s.max_rows or BUCKETS[-1]) for s in members))
+            for k, members in group_sources(sources).items()}
+    noisy = [f"{k}:{n}:{BUCKETS[b]}" for k, g in groups.items() for n, b in implausible_cells(g, last[k])]
     return KernelPlan(asdict(host) | {"flags": None}, cache_key or registry_version(formats), groups,
-                      round(time.perf_counter() - start, 2))
+                      round(time.perf_counter() - start, 2), noisy=noisy)

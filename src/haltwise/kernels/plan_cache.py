@@ -17,7 +17,7 @@ from haltwise.kernels.host import HostInfo
 from haltwise.kernels.plan import KernelPlan
 
 log = logging.getLogger("haltwise.kernels")
-PLAN_VERSION = 1
+PLAN_VERSION = 2   # 2: implausible cells re-timed (plans measured by 1 on a busy host were wrong)
 
 
 def model_identity(path: Path | None) -> str:
