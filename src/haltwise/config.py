@@ -73,6 +73,7 @@ class EngineConfig:
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
     num_threads: int | None = None      # torch intra-op threads; None = all cores
+    native_decode: bool = True          # dtype auto: decode-only steps run all layers in one native call
 
     @property
     def kv_dtype(self) -> str:

@@ -16,6 +16,7 @@ from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.plan import KernelPlan
 from haltwise.models.loader import load_model
+from haltwise.models.native_decode import NativeDecode
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
@@ -41,7 +42,7 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
         model_config = net.config
         max_len = config.max_model_len or model_config.max_position_embeddings
         config = _size_kv(config, model_config, max_len)
-        plan = _plan(net, None) if config.dtype == "auto" else None
+        plan = _plan(net, None, config) if config.dtype == "auto" else None
         engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout)
         engine.kernel_plan = plan
         return engine
@@ -54,7 +55,7 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
              time.perf_counter() - tok_start)
     config = _size_kv(config, loaded.config, loaded.max_model_len)
     config = replace(config, max_model_len=loaded.max_model_len)
-    plan = _plan(loaded.model, loaded.path) if config.dtype == "auto" else None
+    plan = _plan(loaded.model, loaded.path, config) if config.dtype == "auto" else None
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)
     engine.kernel_plan = plan
@@ -76,9 +77,14 @@ def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> E
     return config
 
 
-def _plan(model: torch.nn.Module, path: Path | None) -> KernelPlan:
-    """Swap the model's linears for the host's plan (LLMEngine.describe prints it beside the KV budget)."""
+def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig) -> KernelPlan:
+    """Swap the model's linears for the host's plan (LLMEngine.describe prints it beside the KV budget),
+    then give decode-only steps the native layer stack where it can run them."""
     start = time.perf_counter()
     plan, counts = plan_model(model, path)
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
+    if config.native_decode:
+        model.model.native_decode, why = NativeDecode.build(model.model)
+        log.info("native decode: %s", f"on for row buckets {model.model.native_decode.buckets()}"
+                 if model.model.native_decode else f"off ({why})")
     return plan

@@ -77,7 +77,7 @@ class Attention(nn.Module):
 class MLP(nn.Module):
     def __init__(self, config: ModelConfig) -> None:
         super().__init__()
-        self.intermediate_size = config.intermediate_size
+        self.intermediate_size, self.hidden_act = config.intermediate_size, config.hidden_act
         self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
         self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
         self.act = _ACTIVATIONS[config.hidden_act]
@@ -120,6 +120,7 @@ class LlamaModel(nn.Module):
         self.embed_scale = config.hidden_size ** 0.5 if options.scale_embeddings else None
         self.layers = nn.ModuleList(DecoderLayer(config, i, options) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)
+        self.native_decode = None   # models/native_decode.py: set under --dtype auto when the kernels load
         self.build_rope(config, max_model_len)
 
     def build_rope(self, config: ModelConfig, max_model_len: int) -> None:
@@ -136,8 +137,11 @@ class LlamaModel(nn.Module):
             h = h * torch.tensor(self.embed_scale, dtype=torch.float32).to(h.dtype)
         rope = self.rotary_emb(positions, meta)
         local = self.rotary_emb_local(positions, meta) if self.rotary_emb_local is not None else None
-        for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
-            h = layer(h, local if layer.local_rope else rope, kv_cache, meta)
+        if self.native_decode is not None and self.native_decode.handles(meta, h.shape[0]):
+            h = self.native_decode.run(h, rope, local, kv_caches, meta)
+        else:
+            for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
+                h = layer(h, local if layer.local_rope else rope, kv_cache, meta)
         return self.norm(h[logits_indices])                 # (B, hidden)
 
 

@@ -23,7 +23,7 @@ from types import ModuleType
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("ops.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp")
+SOURCES = ("ops.cpp", "decode_stack.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp")
 CFLAGS = ["-O3", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]  # libgomp.so.1: the soname torch already loaded, so one OpenMP pool is shared
 
@@ -38,7 +38,7 @@ def cache_root() -> Path:
 def build_key() -> str:
     """A digest of everything the binary depends on."""
     digest = hashlib.sha256()
-    for name in sorted(p.name for p in CSRC.iterdir() if p.suffix in (".cpp", ".h")):
+    for name in sorted(p.name for p in CSRC.iterdir() if p.suffix in (".cpp", ".h", ".inc")):
         digest.update(name.encode())
         digest.update((CSRC / name).read_bytes())
     digest.update(" ".join(CFLAGS + LDFLAGS).encode())

@@ -198,6 +198,8 @@ void quantize_scalar(const float* x, int64_t K, int8_t* q, float* d, float* s, i
   }
 }
 
+#include "decode_math.inc"
+
 }  // namespace
 
 const KernelTable& scalar_kernels() {
@@ -206,6 +208,7 @@ const KernelTable& scalar_kernels() {
       rows_generic<decode_q4_0>, rows_generic<decode_q4_1>, rows_generic<decode_q5_0>,
       rows_generic<decode_q8_0>, rows_generic<decode_q4_k>, rows_generic<decode_q6_k>,
       rows_x8<0>, rows_x8<1>, rows_x8<2>,
+      {rms_norm_rows_impl, rope_rows_impl, attend_impl, gated_rows_impl},
   };
   return table;
 }

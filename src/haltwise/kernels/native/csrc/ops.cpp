@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "quant_kernels.h"
+#include "native_linear.h"
 
 namespace haltwise_native {
 namespace {
@@ -19,20 +19,6 @@ bool cpu_has_avx2() {
 #else
   return false;
 #endif
-}
-
-const KernelTable& table_for(const std::string& isa) {
-  if (isa == "scalar") return scalar_kernels();
-#if defined(__x86_64__)
-  if (isa == "avx2" || isa == "auto") {
-    if (cpu_has_avx2()) return avx2_kernels();
-    TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c");
-  }
-#else
-  TORCH_CHECK(isa == "auto", "haltwise native: ISA ", isa, " is not built for this architecture");
-#endif
-  TORCH_CHECK(isa == "auto" || isa == "scalar" || isa == "avx2", "haltwise native: unknown ISA ", isa);
-  return scalar_kernels();
 }
 
 RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
@@ -75,22 +61,27 @@ int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
 
 }  // namespace
 
-// Row-stacked shards (e.g. q, k, v) of one fused weight: weights[i] is (N_i, row_bytes_i) uint8 of
-// qtypes[i] holding rows[i] output rows (a row-interleaved shard is (ceil(N_i / 8), group bytes));
-// x (M, K) float32 -> (M, sum N_i) float32. Output columns follow shard order.
-torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
-                   const std::vector<int64_t>& rows, const torch::Tensor& x, const std::string& isa) {
+const KernelTable& table_for(const std::string& isa) {
+  if (isa == "scalar") return scalar_kernels();
+#if defined(__x86_64__)
+  if (isa == "avx2" || isa == "auto") {
+    if (cpu_has_avx2()) return avx2_kernels();
+    TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c");
+  }
+#else
+  TORCH_CHECK(isa == "auto", "haltwise native: ISA ", isa, " is not built for this architecture");
+#endif
+  TORCH_CHECK(isa == "auto" || isa == "scalar" || isa == "avx2", "haltwise native: unknown ISA ", isa);
+  return scalar_kernels();
+}
+
+NativeLinear make_linear(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
+                         const std::vector<int64_t>& rows, int64_t K, const KernelTable& table) {
   TORCH_CHECK(weights.size() == qtypes.size() && weights.size() == rows.size() && !weights.empty(),
               "haltwise native: one qtype and row count per shard");
-  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "haltwise native: x must be (M, K) float32");
-  const torch::Tensor xc = x.contiguous();
-  const int64_t M = xc.size(0), K = xc.size(1);
   TORCH_CHECK(K % QK == 0, "haltwise native: in_features must be a multiple of 32");
-  const KernelTable& table = table_for(isa);
-
-  struct Shard { const uint8_t* w; int64_t row_bytes, n0, n1; RowsKernel kernel; bool x8; };
-  std::vector<Shard> shards;
-  int64_t N = 0;
+  NativeLinear linear;
+  linear.K = K;
   for (size_t i = 0; i < weights.size(); ++i) {
     const torch::Tensor& w = weights[i];
     TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kUInt8 && w.is_contiguous(),
@@ -102,28 +93,28 @@ torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<
     const int64_t stored = interleaved(qtypes[i]) ? w.size(0) * 8 : w.size(0);
     TORCH_CHECK(rows[i] <= stored && rows[i] > stored - (interleaved(qtypes[i]) ? 8 : 1),
                 "haltwise native: shard ", i, " stores ", stored, " rows, not ", rows[i]);
-    shards.push_back({w.data_ptr<uint8_t>(), w.size(1), N, N + rows[i], rows_kernel(table, qtypes[i]),
-                      interleaved(qtypes[i])});
-    N += rows[i];
+    linear.shards.push_back({w.data_ptr<uint8_t>(), w.size(1), linear.N, linear.N + rows[i],
+                             rows_kernel(table, qtypes[i]), interleaved(qtypes[i])});
+    linear.keep.push_back(w);
+    linear.N += rows[i];
   }
-  torch::Tensor y = torch::empty({M, N}, x.options());
-  if (M == 0 || N == 0) return y;
+  return linear;
+}
 
-  const int64_t nb = K / QK;
-  torch::Tensor q = torch::empty({M, K}, x.options().dtype(torch::kInt8));
-  torch::Tensor ds = torch::empty({2, M, nb}, x.options());
-  ActQ8 act{q.data_ptr<int8_t>(), ds.data_ptr<float>(), ds.data_ptr<float>() + M * nb, M, K};
-  const float* xp = xc.data_ptr<float>();
+void run_linear(const NativeLinear& linear, const KernelTable& table, const float* x, int64_t M, float* y) {
+  const int64_t K = linear.K, N = linear.N, nb = K / QK;
+  if (M == 0 || N == 0) return;
+  std::vector<int8_t> q(M * K);
+  std::vector<float> ds(2 * M * nb);
+  ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K};
   at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
-    table.quantize(xp, K, q.data_ptr<int8_t>(), ds.data_ptr<float>(), ds.data_ptr<float>() + M * nb, m0, m1);
+    table.quantize(x, K, q.data(), ds.data(), ds.data() + M * nb, m0, m1);
   });
-
-  float* yp = y.data_ptr<float>();
   // Enough rows per task that a thread streams a few KiB of weights; the pool splits evenly.
   // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
   // ends the same way, so neighbouring tasks still partition the rows.
   at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
-    for (const Shard& s : shards) {
+    for (const Shard& s : linear.shards) {
       int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
       if (lo >= hi) continue;
       if (s.x8) {
@@ -131,9 +122,22 @@ torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<
         hi = std::min(round8(hi), s.n1 - s.n0);
         if (lo >= hi) continue;
       }
-      s.kernel(s.w, s.row_bytes, act, yp + s.n0, N, lo, hi);
+      s.kernel(s.w, s.row_bytes, act, y + s.n0, N, lo, hi);
     }
   });
+}
+
+// Row-stacked shards (e.g. q, k, v) of one fused weight: weights[i] is (N_i, row_bytes_i) uint8 of
+// qtypes[i] holding rows[i] output rows (a row-interleaved shard is (ceil(N_i / 8), group bytes));
+// x (M, K) float32 -> (M, sum N_i) float32. Output columns follow shard order.
+torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
+                   const std::vector<int64_t>& rows, const torch::Tensor& x, const std::string& isa) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "haltwise native: x must be (M, K) float32");
+  const torch::Tensor xc = x.contiguous();
+  const KernelTable& table = table_for(isa);
+  const NativeLinear linear = make_linear(weights, qtypes, rows, xc.size(1), table);
+  torch::Tensor y = torch::empty({xc.size(0), linear.N}, x.options());
+  run_linear(linear, table, xc.data_ptr<float>(), xc.size(0), y.data_ptr<float>());
   return y;
 }
 
@@ -153,4 +157,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("weights"), pybind11::arg("qtypes"), pybind11::arg("rows"), pybind11::arg("x"), pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
+  haltwise_native::register_decode_stack(m);
 }

@@ -40,12 +40,24 @@ using RowsKernel = void (*)(const uint8_t* w, int64_t row_bytes, const ActQ8& x,
 // Quantize rows [m0, m1) of x (M, K) float32 (K % 32 == 0): q (M, K), d and s (M, K / 32) as in ActQ8.
 using QuantizeKernel = void (*)(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1);
 
+// The decode step's float32 math (decode_math.inc documents each).
+struct MathKernels {
+  void (*rms_norm_rows)(const float* x, int64_t ldx, const float* w, float eps, bool plus_one, float* y,
+                        int64_t ldy, int64_t rows, int64_t dim);
+  void (*rope_rows)(float* x, int64_t ld, int64_t heads, const float* cos, const float* sin, int64_t D);
+  void (*attend)(const float* q, int64_t ldq, int64_t G, const float* k_cache, const float* v_cache,
+                 const int64_t* blocks, int64_t block_size, int64_t kv_heads, int64_t kvh, int64_t D,
+                 int64_t start, int64_t len, float scale, float* out, int64_t ldo, float* scratch);
+  void (*gated_rows)(const float* gu, int64_t rows, int64_t I, int act, float* y);
+};
+
 // The kernels of one ISA; a null entry means "not implemented for this ISA: use the scalar one".
 struct KernelTable {
   const char* isa;
   QuantizeKernel quantize;
   RowsKernel q4_0, q4_1, q5_0, q8_0, q4_k, q6_k;
   RowsKernel q4_0x8, q4_1x8, q8_0x8;
+  MathKernels math;
 };
 
 const KernelTable& scalar_kernels();

@@ -1,0 +1,215 @@
+// DecodeStack: every decoder layer of one decode-only step in a single call. Rows are sequences (one new
+// token each); h (T, hidden) is updated in place layer by layer:
+//
+//     x = norm(h); qkv = x W_qkv (+ b); [q/k head norms]; rope(q, k); cache[slot] = k, v
+//     a = attention(q, cache in place); o = a W_o; [o = norm(o)]; h += o
+//     x = norm(h); g, u = x W_gate_up; m = act(g) * u; d = m W_down; [d = norm(d)]; h += d
+//
+// A linear runs on its raw GGUF blocks (q8 activations, run_linear) or on a float32 weight (at::mm), per
+// row bucket as the kernel plan chose; the norms, RoPE, KV writes, attention and activation are the
+// float32 kernels of decode_math.inc for the CPU's ISA. Threads: at::parallel_for (torch's pool) over
+// weight rows and over (sequence, kv head) pairs of the attention.
+#include <torch/extension.h>
+
+#include <ATen/Parallel.h>
+
+#include <vector>
+
+#include "native_linear.h"
+
+namespace haltwise_native {
+namespace {
+
+struct StackLinear {
+  NativeLinear native;            // shards, when any bucket runs natively
+  torch::Tensor dense;            // (N, K) float32, when any bucket runs in float32
+  torch::Tensor bias;             // (N,) or undefined
+  std::vector<bool> native_bucket;
+  int64_t N = 0, K = 0;
+};
+
+struct StackLayer {
+  std::vector<torch::Tensor> norms;     // input, post-attention[, pre-feedforward, post-feedforward]
+  std::vector<torch::Tensor> qk_norms;  // q, k head norms, or empty
+  int64_t window = 0;                   // 0 = full context
+  bool local_rope = false;
+  float scale = 1.0f;
+  StackLinear linears[4];               // qkv, o, gate_up, down
+};
+
+enum Slot { QKV = 0, O = 1, GATE_UP = 2, DOWN = 3 };
+
+}  // namespace
+
+class DecodeStack {
+ public:
+  DecodeStack(int64_t heads, int64_t kv_heads, int64_t head_dim, int64_t hidden, int64_t intermediate,
+              double eps, bool plus_one, int64_t act, bool sandwich, const std::string& isa)
+      : H_(heads), KVH_(kv_heads), D_(head_dim), hidden_(hidden), I_(intermediate), eps_((float)eps),
+        plus_one_(plus_one), act_(act), sandwich_(sandwich), table_(table_for(isa)) {
+    TORCH_CHECK(heads % kv_heads == 0 && head_dim % 8 == 0 && hidden % 8 == 0,
+                "haltwise native: DecodeStack needs heads % kv_heads == 0 and head_dim, hidden multiples of 8");
+  }
+
+  void add_layer(const std::vector<torch::Tensor>& norms, const std::vector<torch::Tensor>& qk_norms,
+                 int64_t window, bool local_rope, double scale) {
+    TORCH_CHECK(norms.size() == (sandwich_ ? 4u : 2u), "haltwise native: wrong number of layer norms");
+    StackLayer layer;
+    for (const auto& n : norms) layer.norms.push_back(float_vector(n, hidden_));
+    for (const auto& n : qk_norms) layer.qk_norms.push_back(float_vector(n, D_));
+    layer.window = window;
+    layer.local_rope = local_rope;
+    layer.scale = (float)scale;
+    layers_.push_back(std::move(layer));
+  }
+
+  // Sets linear `slot` (0 qkv, 1 o, 2 gate_up, 3 down) of the last added layer.
+  void set_linear(int64_t slot, const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
+                  const std::vector<int64_t>& rows, const torch::Tensor& dense, const torch::Tensor& bias,
+                  const std::vector<bool>& native_bucket, int64_t out_features, int64_t in_features) {
+    TORCH_CHECK(!layers_.empty() && slot >= 0 && slot < 4, "haltwise native: set_linear before add_layer");
+    StackLinear& l = layers_.back().linears[slot];
+    l.N = out_features;
+    l.K = in_features;
+    l.native_bucket = native_bucket;
+    if (!weights.empty()) {
+      l.native = make_linear(weights, qtypes, rows, in_features, table_);
+      TORCH_CHECK(l.native.N == out_features, "haltwise native: shards hold ", l.native.N, " rows, not ", out_features);
+    }
+    if (dense.defined() && dense.numel()) {
+      TORCH_CHECK(dense.scalar_type() == torch::kFloat32 && dense.dim() == 2 && dense.size(0) == out_features &&
+                  dense.size(1) == in_features, "haltwise native: dense weight must be (out, in) float32");
+      l.dense = dense.contiguous();
+    }
+    if (bias.defined() && bias.numel()) l.bias = float_vector(bias, out_features);
+  }
+
+  // h (T, hidden) float32, updated in place and returned. cos/sin (T, D) for global layers and
+  // cos_local/sin_local for local-rope layers (may be undefined when no layer uses them); caches
+  // (num_blocks, block_size, KVH, D) float32 per layer; slots (T,), block_tables (T, nb), seq_lens (T,)
+  // int64 (the context length including this step's token).
+  torch::Tensor forward(torch::Tensor h, int64_t bucket, const torch::Tensor& cos, const torch::Tensor& sin,
+                        const torch::Tensor& cos_local, const torch::Tensor& sin_local,
+                        const std::vector<torch::Tensor>& k_caches, const std::vector<torch::Tensor>& v_caches,
+                        const torch::Tensor& slots, const torch::Tensor& block_tables, const torch::Tensor& seq_lens) {
+    TORCH_CHECK(h.is_contiguous() && h.scalar_type() == torch::kFloat32 && h.dim() == 2 && h.size(1) == hidden_,
+                "haltwise native: h must be contiguous (T, hidden) float32");
+    TORCH_CHECK(k_caches.size() == layers_.size() && v_caches.size() == layers_.size(),
+                "haltwise native: one K and one V cache per layer");
+    const int64_t T = h.size(0), q_size = H_ * D_, kv_size = KVH_ * D_, width = q_size + 2 * kv_size;
+    TORCH_CHECK(block_tables.size(0) == T && seq_lens.size(0) == T && slots.size(0) == T,
+                "haltwise native: one slot, block table and length per row");
+    const auto opts = h.options();
+    torch::Tensor x = torch::empty({T, hidden_}, opts), qkv = torch::empty({T, width}, opts);
+    torch::Tensor attn = torch::empty({T, q_size}, opts), proj = torch::empty({T, hidden_}, opts);
+    torch::Tensor gu = torch::empty({T, 2 * I_}, opts), mid = torch::empty({T, I_}, opts);
+    const int64_t* slot = slots.data_ptr<int64_t>();
+    const int64_t* lens = seq_lens.data_ptr<int64_t>();
+    const int64_t nb = block_tables.size(1);
+    const int64_t* tables = block_tables.data_ptr<int64_t>();
+    int64_t longest = 0;
+    for (int64_t t = 0; t < T; ++t) longest = std::max(longest, lens[t]);
+    const int64_t G = H_ / KVH_;
+    std::vector<float> scratch(at::get_num_threads() * G * std::max<int64_t>(longest, 1));
+    const MathKernels& m = table_.math;
+    float* hp = h.data_ptr<float>();
+
+    for (size_t li = 0; li < layers_.size(); ++li) {
+      const StackLayer& L = layers_[li];
+      const torch::Tensor& kc = k_caches[li];
+      const torch::Tensor& vc = v_caches[li];
+      const int64_t block_size = kc.size(1);
+      TORCH_CHECK(kc.scalar_type() == torch::kFloat32 && kc.is_contiguous() && vc.is_contiguous() &&
+                  vc.sizes() == kc.sizes() && kc.size(2) == KVH_ && kc.size(3) == D_,
+                  "haltwise native: caches must be contiguous (blocks, block_size, KVH, D) float32");
+      m.rms_norm_rows(hp, hidden_, L.norms[0].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(), hidden_, T, hidden_);
+      linear(L.linears[QKV], bucket, x, qkv);
+      float* qp = qkv.data_ptr<float>();
+      if (!L.qk_norms.empty()) {
+        for (int64_t t = 0; t < T; ++t) {
+          float* row = qp + t * width;
+          m.rms_norm_rows(row, D_, L.qk_norms[0].data_ptr<float>(), eps_, plus_one_, row, D_, H_, D_);
+          m.rms_norm_rows(row + q_size, D_, L.qk_norms[1].data_ptr<float>(), eps_, plus_one_, row + q_size, D_, KVH_, D_);
+        }
+      }
+      const torch::Tensor& c = L.local_rope ? cos_local : cos;
+      const torch::Tensor& s = L.local_rope ? sin_local : sin;
+      float* kcp = kc.data_ptr<float>();
+      float* vcp = vc.data_ptr<float>();
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = qp + t * width;
+        m.rope_rows(row, D_, H_ + KVH_, c.data_ptr<float>() + t * D_, s.data_ptr<float>() + t * D_, D_);
+        std::copy(row + q_size, row + q_size + kv_size, kcp + slot[t] * kv_size);
+        std::copy(row + q_size + kv_size, row + width, vcp + slot[t] * kv_size);
+      }
+      float* ap = attn.data_ptr<float>();
+      const float scale = L.scale;
+      const int64_t window = L.window;
+      at::parallel_for(0, T * KVH_, 1, [&](int64_t b, int64_t e) {
+        float* mine = scratch.data() + at::get_thread_num() * G * std::max<int64_t>(longest, 1);
+        for (int64_t task = b; task < e; ++task) {
+          const int64_t t = task / KVH_, kvh = task % KVH_;
+          const int64_t len = lens[t], start = window > 0 && len > window ? len - window : 0;
+          m.attend(qp + t * width + kvh * G * D_, D_, G, kcp, vcp, tables + t * nb, block_size, KVH_, kvh, D_,
+                   start, len, scale, ap + t * q_size + kvh * G * D_, D_, mine);
+        }
+      });
+      linear(L.linears[O], bucket, attn, proj);
+      residual(L, 1, proj, hp, T, m);
+      m.rms_norm_rows(hp, hidden_, L.norms[sandwich_ ? 2 : 1].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(),
+                      hidden_, T, hidden_);
+      linear(L.linears[GATE_UP], bucket, x, gu);
+      m.gated_rows(gu.data_ptr<float>(), T, I_, (int)act_, mid.data_ptr<float>());
+      linear(L.linears[DOWN], bucket, mid, proj);
+      residual(L, 3, proj, hp, T, m);
+    }
+    return h;
+  }
+
+  int64_t num_layers() const { return (int64_t)layers_.size(); }
+
+ private:
+  static torch::Tensor float_vector(const torch::Tensor& t, int64_t n) {
+    TORCH_CHECK(t.numel() == n, "haltwise native: expected ", n, " values, got ", t.numel());
+    return t.detach().to(torch::kFloat32).contiguous().view({n});
+  }
+
+  void linear(const StackLinear& l, int64_t bucket, const torch::Tensor& x, torch::Tensor& y) const {
+    TORCH_CHECK(bucket >= 0 && bucket < (int64_t)l.native_bucket.size(), "haltwise native: bad bucket ", bucket);
+    TORCH_CHECK(l.native_bucket[bucket] ? !l.native.shards.empty() : l.dense.defined(),
+                "haltwise native: row bucket ", bucket, " has no weight in its format");
+    if (l.native_bucket[bucket]) {
+      run_linear(l.native, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
+    } else {
+      at::mm_out(y, x, l.dense.t());
+    }
+    if (l.bias.defined()) y.add_(l.bias);
+  }
+
+  // h += out, where sandwich models norm the sub-layer output first (norm index 1 or 3).
+  void residual(const StackLayer& L, int norm, torch::Tensor& out, float* hp, int64_t T, const MathKernels& m) const {
+    float* op = out.data_ptr<float>();
+    if (sandwich_) m.rms_norm_rows(op, hidden_, L.norms[norm].data_ptr<float>(), eps_, plus_one_, op, hidden_, T, hidden_);
+    for (int64_t i = 0; i < T * hidden_; ++i) hp[i] += op[i];
+  }
+
+  int64_t H_, KVH_, D_, hidden_, I_;
+  float eps_;
+  bool plus_one_;
+  int64_t act_;
+  bool sandwich_;
+  const KernelTable& table_;
+  std::vector<StackLayer> layers_;
+};
+
+void register_decode_stack(pybind11::module_& m) {
+  pybind11::class_<DecodeStack>(m, "DecodeStack")
+      .def(pybind11::init<int64_t, int64_t, int64_t, int64_t, int64_t, double, bool, int64_t, bool,
+                          const std::string&>())
+      .def("add_layer", &DecodeStack::add_layer)
+      .def("set_linear", &DecodeStack::set_linear)
+      .def("forward", &DecodeStack::forward)
+      .def_property_readonly("num_layers", &DecodeStack::num_layers);
+}
+
+}  // namespace haltwise_native

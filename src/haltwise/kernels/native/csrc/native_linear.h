@@ -1,0 +1,38 @@
+// Shared by the torch-facing files (ops.cpp, decode_stack.cpp): a fused weight's raw GGUF shards, ready
+// for the ISA's row kernels, and the one routine that multiplies activations by it.
+#pragma once
+#include <torch/extension.h>
+
+#include <string>
+#include <vector>
+
+#include "quant_kernels.h"
+
+namespace haltwise_native {
+
+// The ISA's kernel table: "auto" (the widest this CPU runs), "avx2" or "scalar".
+const KernelTable& table_for(const std::string& isa);
+
+struct Shard {
+  const uint8_t* w;
+  int64_t row_bytes, n0, n1;    // output rows [n0, n1) of the fused weight
+  RowsKernel kernel;
+  bool x8;                      // row-interleaved records (repack.py)
+};
+
+struct NativeLinear {
+  std::vector<Shard> shards;
+  std::vector<torch::Tensor> keep;   // owns the bytes the shards point into
+  int64_t N = 0, K = 0;
+};
+
+// Validates the shards against K (inputs) and picks each shard's kernel.
+NativeLinear make_linear(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
+                         const std::vector<int64_t>& rows, int64_t K, const KernelTable& table);
+
+// y (M, N) = x (M, K) @ W.T with x quantized to q8 per 32 inputs; threads over output rows.
+void run_linear(const NativeLinear& linear, const KernelTable& table, const float* x, int64_t M, float* y);
+
+void register_decode_stack(pybind11::module_& m);
+
+}  // namespace haltwise_native
