@@ -29,3 +29,15 @@ def test_a_clean_stop_removes_the_log():
         assert log.exists()
     assert not log.exists()
     server.stop()  # idempotent
+
+
+def test_load_time_and_peak_rss_of_the_server_process():
+    # The server allocates and touches 200 MiB before it starts listening: its peak RSS includes them,
+    # and its load time includes the delay.
+    port = free_port()
+    code = ("import time, http.server; b = bytearray(200 * 2**20); time.sleep(0.5); "
+            f"http.server.test(HandlerClass=http.server.SimpleHTTPRequestHandler, port={port}, bind='127.0.0.1')")
+    with ServerProcess([sys.executable, "-c", code], port, "fat", ready_path="/", start_timeout_s=60) as server:
+        assert server.ready_s >= 0.5
+        assert server.peak_rss_mib() >= 200
+    assert server.peak_rss_mib() is None          # stopped: nothing to read

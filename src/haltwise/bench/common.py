@@ -166,8 +166,12 @@ def environment() -> dict[str, Any]:
     """What the numbers were measured on (for the JSON header)."""
     import torch
 
+    from haltwise.kernels.host import probe
+
+    host = probe()
     return {"python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
-            "processor": platform.processor(), "torch_threads": torch.get_num_threads(),
+            "processor": platform.processor(), "cpu": f"{host.cpu_model} ({host.isa})",
+            "torch_threads": torch.get_num_threads(),
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 

@@ -79,6 +79,10 @@ def run(args: argparse.Namespace) -> int:
     title = f"haltwise ({args.dtype}) vs llama.cpp (same GGUF, {args.threads} threads each)" + (
         "  [--tiny: haltwise runs a random tiny model; ratios meaningless]" if args.tiny else "")
     print(common.format_table(records, title))
+    for r in records:
+        if r["extra"].get("peak_rss_mib") is not None:
+            print(f"{r['scenario']:<12} {r['system']:<10} server ready in {r['extra']['ready_s']:.1f}s, "
+                  f"peak RSS {r['extra']['peak_rss_mib']:.0f} MiB")
     print(LEGEND)
     common.write_json(args.json, {"benchmark": "peers", "environment": common.environment(), "dtype": args.dtype,
                                   "repeats": repeats, "tiny": args.tiny, "threads": args.threads,
@@ -183,6 +187,7 @@ def through_servers(directory: Any, gguf: str, sizes: PeerSizes, repeats: int, d
     bodies = server_request_bodies(model_eos_ids(gguf))
     ctx_per_slot = 256 + sizes.server_max_tokens + width     # prompts are `width` characters: fewer tokens
     results: dict[tuple[str, int], list] = {}
+    process: dict[tuple[str, int], dict[str, float | None]] = {}    # load time and peak RSS per server
     previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)  # SIGTERM must still stop the servers
     ours = None
     try:
@@ -207,6 +212,9 @@ def through_servers(directory: Any, gguf: str, sizes: PeerSizes, repeats: int, d
                         load = asyncio.run(run_load(servers[name].base_url, batch, c, sizes.server_max_tokens,
                                                     extra_body=bodies[name]))
                         results.setdefault((name, c), []).append(load.summary())
+                process[("llama.cpp", c)] = {"ready_s": peer.ready_s, "peak_rss_mib": peer.peak_rss_mib()}
+        for c in sizes.concurrency:   # one haltwise server served every round: its peak so far
+            process[("haltwise", c)] = {"ready_s": ours.ready_s, "peak_rss_mib": ours.peak_rss_mib()}
     finally:
         if ours is not None:
             ours.stop()
@@ -220,7 +228,8 @@ def through_servers(directory: Any, gguf: str, sizes: PeerSizes, repeats: int, d
                               completion_tokens=median(r["completion_tokens"] for r in runs),
                               expected_tokens=runs[0]["requests"] * sizes.server_max_tokens,
                               failed_requests=sum(r["requests"] - r["ok"] for r in runs),
-                              errors=sorted({e for r in runs for e in r["errors"]})))
+                              errors=sorted({e for r in runs for e in r["errors"]}),
+                              **process.get((name, c), {})))
     return records
 
 

@@ -49,6 +49,7 @@ class ServerProcess:
         self._proc: subprocess.Popen | None = None
         self._log = tempfile.NamedTemporaryFile(prefix=f"bench-{name}-", suffix=".log", delete=False)
         self._keep_log = False  # set when the server failed: its log is the evidence
+        self.ready_s: float | None = None   # start() -> first 200 from ready_path (load time)
 
     def __enter__(self) -> "ServerProcess":
         self.start()
@@ -58,8 +59,9 @@ class ServerProcess:
         self.stop()
 
     def start(self) -> None:
+        started = time.monotonic()
         self._proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + self.start_timeout_s
+        deadline = started + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 self._keep_log = True
@@ -67,6 +69,7 @@ class ServerProcess:
                                    f"{self.log_tail()}")
             try:
                 if httpx.get(self.base_url + self.ready_path, timeout=2.0).status_code == 200:
+                    self.ready_s = time.monotonic() - started
                     return
             except httpx.HTTPError:
                 pass
@@ -89,6 +92,17 @@ class ServerProcess:
         self._log.close()
         if not self._keep_log:
             Path(self._log.name).unlink(missing_ok=True)
+
+    def peak_rss_mib(self) -> float | None:
+        """The running server's peak resident set (Linux VmHWM), MiB; None where it cannot be read."""
+        if self._proc is None:
+            return None
+        try:
+            status = Path(f"/proc/{self._proc.pid}/status").read_text()
+        except OSError:
+            return None
+        kib = next((int(line.split()[1]) for line in status.splitlines() if line.startswith("VmHWM:")), None)
+        return None if kib is None else round(kib / 1024, 1)
 
     def log_tail(self, chars: int = 3000) -> str:
         if not self._log.closed:
