@@ -65,7 +65,7 @@ def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlo
 class GGUFNative(LinearFormat):
     """Raw GGUF blocks x q8 activations, AVX2 or portable kernels picked from what the CPU reports."""
 
-    name, tolerance, exact, version = "gguf-q8-native", TOLERANCE, False, 1
+    name, tolerance, exact, version = "gguf-q8-native", TOLERANCE, False, 2   # 2: Q5_0 X8 records
 
     def unavailable(self, host: HostInfo) -> str | None:
         if build.load() is None:

@@ -214,9 +214,12 @@ void rows(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t
 // 8 rows, the activation vector the same 4 bytes of x broadcast to every lane. Q4 steps add up in
 // int16 (8 steps * 2 * 15 * 127 < 32768); Q8_0 steps widen to int32 each time.
 
+// Kind: 0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0. Q5_0's weights are 0..31 (bias 16 in the offset); its int16
+// sums are widened every 4 steps (4 * 2 * 31 * 127 < 32768).
 template <int Kind, int MT>
 inline void group_tile(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m0, __m256* acc) {
-  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : 272, qoff = Kind == 1 ? 32 : 16;
+  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : Kind == 2 ? 272 : 176;
+  constexpr int qoff = Kind == 1 ? 32 : Kind == 3 ? 48 : 16;
   const int64_t nxb = x.K / QK;
   const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i ones = _mm256_set1_epi16(1);
@@ -227,6 +230,15 @@ inline void group_tile(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m
     __m256i w[8];
     if (Kind == 2) {
       for (int s = 0; s < 8; ++s) w[s] = load32(blk + qoff + 32 * s);
+    } else if (Kind == 3) {
+      const __m256i qh = load32(blk + 16), bit0 = _mm256_set1_epi32(0x01010101);
+      for (int s = 0; s < 4; ++s) {
+        const __m256i q = load32(blk + qoff + 32 * s);
+        const __m256i hi_lo = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, s), bit0), 4);
+        const __m256i hi_hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, s + 4), bit0), 4);
+        w[s] = _mm256_or_si256(_mm256_and_si256(q, low4), hi_lo);
+        w[s + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), hi_hi);
+      }
     } else {
       for (int s = 0; s < 4; ++s) {
         const __m256i q = load32(blk + qoff + 32 * s);
@@ -236,6 +248,7 @@ inline void group_tile(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m
     }
     __m256 offset = _mm256_setzero_ps();                       // per-row multiplier of xs
     if (Kind == 0) offset = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
+    if (Kind == 3) offset = _mm256_mul_ps(d, _mm256_set1_ps(-16.0f));
     if (Kind == 1) offset = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(blk + 16)));
     for (int j = 0; j < MT; ++j) {
       const int32_t* xq = (const int32_t*)(x.q + (m0 + j) * x.K + b * QK);
@@ -247,6 +260,14 @@ inline void group_tile(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m
           const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[s], w[s]), _mm256_sign_epi8(xv, w[s]));
           isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
         }
+      } else if (Kind == 3) {
+        __m256i a = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xq[0]));
+        __m256i b = _mm256_maddubs_epi16(w[4], _mm256_set1_epi32(xq[4]));
+        for (int s = 1; s < 4; ++s) {
+          a = _mm256_add_epi16(a, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xq[s])));
+          b = _mm256_add_epi16(b, _mm256_maddubs_epi16(w[s + 4], _mm256_set1_epi32(xq[s + 4])));
+        }
+        isum = _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
       } else {
         __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xq[0]));
         for (int s = 1; s < 8; ++s) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xq[s])));
@@ -275,7 +296,7 @@ inline void group_store(const __m256* acc, int64_t m0, float* y, int64_t ldy, in
 
 template <int Kind>
 void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : 272;
+  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : Kind == 2 ? 272 : 176;
   const int64_t nb = group_bytes / rec;
   __m256 acc[4];
   for (int64_t n = n0; n < n1; n += 8) {
@@ -339,7 +360,7 @@ void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int
 const KernelTable& avx2_kernels() {
   static const KernelTable table = {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
-      rows_x8<0>, rows_x8<1>, rows_x8<2>,
+      rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>,
       {rms_norm_rows_impl, rope_rows_impl, attend_impl, gated_rows_impl},
   };
   return table;

@@ -148,7 +148,9 @@ void rows_generic(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y,
 // Row-interleaved records (quant_kernels.h): Kind 0 = Q4_0X8, 1 = Q4_1X8, 2 = Q8_0X8.
 template <int Kind>
 void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : 272, qoff = Kind == 1 ? 32 : 16;
+  // Kind: 0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0
+  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : Kind == 2 ? 272 : 176;
+  constexpr int qoff = Kind == 1 ? 32 : Kind == 3 ? 48 : 16;
   const int64_t nb = x.K / QK;
   int8_t q[QK];
   for (int64_t n = n0; n < n1; ++n) {
@@ -163,6 +165,11 @@ void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, in
             const uint8_t byte = blk[qoff + 32 * j + 4 * r + t];
             if (Kind == 2) {
               q[4 * j + t] = (int8_t)byte;
+            } else if (Kind == 3) {
+              const uint32_t qh = (uint32_t)blk[16 + 4 * r] | (uint32_t)blk[17 + 4 * r] << 8 |
+                                  (uint32_t)blk[18 + 4 * r] << 16 | (uint32_t)blk[19 + 4 * r] << 24;
+              q[4 * j + t] = (int8_t)(((byte & 0x0F) | ((qh >> (8 * t + j)) & 1) << 4) - 16);
+              q[16 + 4 * j + t] = (int8_t)(((byte >> 4) | ((qh >> (8 * t + j + 4)) & 1) << 4) - 16);
             } else {
               q[4 * j + t] = (int8_t)((byte & 0x0F) - (Kind == 0 ? 8 : 0));
               q[16 + 4 * j + t] = (int8_t)((byte >> 4) - (Kind == 0 ? 8 : 0));
@@ -207,7 +214,7 @@ const KernelTable& scalar_kernels() {
       "scalar", quantize_scalar,
       rows_generic<decode_q4_0>, rows_generic<decode_q4_1>, rows_generic<decode_q5_0>,
       rows_generic<decode_q8_0>, rows_generic<decode_q4_k>, rows_generic<decode_q6_k>,
-      rows_x8<0>, rows_x8<1>, rows_x8<2>,
+      rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>,
       {rms_norm_rows_impl, rope_rows_impl, attend_impl, gated_rows_impl},
   };
   return table;

@@ -34,6 +34,7 @@ RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
     case Q4_0X8: k = t.q4_0x8; fallback = s.q4_0x8; break;
     case Q4_1X8: k = t.q4_1x8; fallback = s.q4_1x8; break;
     case Q8_0X8: k = t.q8_0x8; fallback = s.q8_0x8; break;
+    case Q5_0X8: k = t.q5_0x8; fallback = s.q5_0x8; break;
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
   return k ? k : fallback;
@@ -51,6 +52,7 @@ std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
     case Q4_0X8: return {32, 144};    // per group of 8 rows
     case Q4_1X8: return {32, 160};
     case Q8_0X8: return {32, 272};
+    case Q5_0X8: return {32, 176};
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
 }

@@ -16,11 +16,12 @@ enum QType : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 
 // block of 32 inputs, one record:
 //     Q4_0X8: d[8] f16 | qs[4][8][4]          (144 bytes)
 //     Q4_1X8: d[8] f16 | m[8] f16 | qs[4][8][4]  (160 bytes)
+//     Q5_0X8: d[8] f16 | qh[8] u32 | qs[4][8][4]  (176 bytes; qh bits reordered, see repack.py)
 //     Q8_0X8: d[8] f16 | qs[8][8][4]          (272 bytes)
 // qs[j][r][t] is byte 4j + t of row r's original block (Q4: low nibble = input 4j + t, high nibble =
 // input 16 + 4j + t; Q8_0: input 4j + t). The weight tensor is (groups, blocks * record); a kernel's
 // row range [n0, n1) starts on a multiple of 8 and may end mid-group (the rest of it is padding).
-enum QTypeX8 : int { Q4_0X8 = 1002, Q4_1X8 = 1003, Q8_0X8 = 1008 };
+enum QTypeX8 : int { Q4_0X8 = 1002, Q4_1X8 = 1003, Q5_0X8 = 1006, Q8_0X8 = 1008 };
 
 constexpr int QK = 32;  // activation block: 32 inputs share one int8 scale (llama.cpp's q8 activations)
 
@@ -56,7 +57,7 @@ struct KernelTable {
   const char* isa;
   QuantizeKernel quantize;
   RowsKernel q4_0, q4_1, q5_0, q8_0, q4_k, q6_k;
-  RowsKernel q4_0x8, q4_1x8, q8_0x8;
+  RowsKernel q4_0x8, q4_1x8, q8_0x8, q5_0x8;
   MathKernels math;
 };
 
