@@ -92,7 +92,8 @@ def main() -> None:
     tok = tokenizer_times(gguf)
     port = free_port()
     ours = measure(ServerProcess(haltwise_server_cmd(port, args.dtype, False, args.model, (
-        "--max-model-len", "2048", "--kv-cache-memory", "96MiB", "--threads", str(args.threads))),
+        "--max-model-len", "2048", "--kv-cache-memory", "96MiB", "--threads", str(args.threads),
+        "--watchdog", "600")),  # a niced first step on a loaded host can exceed the default 30 s
         port, "haltwise", "/ready", start_timeout_s=900), args.tokens,
         {"repetition_detection": {"enabled": False}})
     port = free_port()
