@@ -1,7 +1,7 @@
 """`haltwise bench {engine,peers,stops}`: one entry point for the benchmark programs.
 
   engine  haltwise vs Hugging Face transformers in one process (bench/engine_bench.py)
-  peers   haltwise vs llama-cpp-python, in-process and through both HTTP servers (bench/peers.py)
+  peers   haltwise vs llama.cpp (llama-bench in-process figures, llama-server over HTTP), same GGUF (bench/peers.py)
   stops   per-token cost of stop-string checking (bench/stop_cost.py; its own options follow)
   termination  share of a real decode step spent on termination checks (bench/termination_share.py)
 
@@ -14,7 +14,8 @@ import importlib
 
 PROGRAMS = {
     "engine": ("haltwise.bench.engine_bench", "haltwise vs transformers, same GGUF, same process"),
-    "peers": ("haltwise.bench.peers", "haltwise vs llama-cpp-python, in-process and via both servers"),
+    "peers": ("haltwise.bench.peers", "haltwise vs llama.cpp's own llama-bench and llama-server -np N, same GGUF "
+                                      "(--model: a file or a named model)"),
     "stops": ("haltwise.bench.stop_cost", "stop-string checking cost per token (options: see --help)"),
     "termination": ("haltwise.bench.termination_share", "share of a decode step spent on termination checks"),
 }
