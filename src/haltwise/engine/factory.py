@@ -14,6 +14,7 @@ from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.kv_cache import KVBudget, auto_kv_memory
 from haltwise.kernels.bf16_probe import bf16_unavailable
+from haltwise.kernels.native import build as native_kernels
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.plan import KernelPlan
 from haltwise.models.loader import load_model
@@ -86,6 +87,7 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig) -> Ke
     """Swap the model's linears for the host's plan (LLMEngine.describe prints it beside the KV budget),
     then give decode-only steps the native layer stack where it can run them."""
     start = time.perf_counter()
+    native_kernels.load()    # build or load the extension now, never inside a step (the watchdog would fire)
     plan, counts = plan_model(model, path)
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
     if config.native_decode:
