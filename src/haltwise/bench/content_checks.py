@@ -14,6 +14,11 @@ text never completes it. The prompt set stores each prompt's check (`"check": {"
   code       after the closing fence of the first fenced (```) block
   turn       before the first line that opens another speaker's turn ("User:", "Customer:", ...);
              a reply the model ended itself (eos) with no such line ends where it ends
+  reply      where the model ended the text itself (eos), else never; with "marker": w, before the
+             first occurrence of w as a whole word (a regex \\b match, not the stop matcher), the
+             marker the prompt asks the model to write. For the word-stop prompts, whose user stop
+             words also occur inside other words ("end" in "weekend"): a cut before this end is a
+             false cut, whichever matcher made it
   endless    never (loop prompts: the request itself has no end; judged by tokens spent)
 """
 from __future__ import annotations
@@ -78,12 +83,20 @@ def _turn(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
     return len(text.rstrip()) if ended_by_eos and text.strip() else None
 
 
+def _reply(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    marker = check.get("marker")
+    if marker and (m := re.search(rf"(?<!\w){re.escape(marker)}(?!\w)", text)):
+        return len(text[:m.start()].rstrip())
+    return len(text.rstrip()) if ended_by_eos and text.strip() else None
+
+
 def _endless(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
     return None
 
 
 CHECKERS: dict[str, Callable[[str, dict[str, Any], bool], int | None]] = {
-    "sentence": _sentence, "items": _items, "json": _json, "code": _code, "turn": _turn, "endless": _endless}
+    "sentence": _sentence, "items": _items, "json": _json, "code": _code, "turn": _turn, "reply": _reply,
+    "endless": _endless}
 
 
 def content_end(check: dict[str, Any], text: str, ended_by_eos: bool) -> int | None:

@@ -175,6 +175,29 @@ def summarize(strategy: str, gens: Sequence[Generation], ends: dict[str, Content
     }
 
 
+def subset_cuts(strategy: str, gens: Sequence[Generation], ends: dict[str, ContentEnd],
+                checks: dict[str, dict[str, Any]], diverged: set[tuple[str, str]], prompt_ids: set[str]
+                ) -> dict[str, Any]:
+    """False cuts and completeness of one strategy on a subset of the prompts (e.g. those with word stops)."""
+    s = summarize(strategy, [g for g in gens if g.prompt_id in prompt_ids], ends, checks, diverged)
+    judged = s["judged_prompts"]
+    cut_ids = [g.prompt_id for g in gens if g.prompt_id in prompt_ids
+               and judge(g, ends[g.prompt_id], checks[g.prompt_id], (strategy, g.prompt_id) in diverged)["false_cut"]]
+    return {"strategy": strategy, "prompts": s["prompts"], "judged_prompts": judged, "false_cuts": s["false_cuts"],
+            "false_cut_rate": s["false_cuts"] / judged if judged else None, "completeness": s["completeness"],
+            "runaways": s["runaways"], "false_cut_prompts": cut_ids}
+
+
+def format_word_table(rows: Sequence[dict[str, Any]], labels: dict[str, str]) -> str:
+    head = f"{'strategy':<34} {'prompts':>7} {'judged':>6} {'false cut':>9} {'rate':>5} {'complete':>8}  cut prompts"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{labels.get(r['strategy'], r['strategy']):<34} {r['prompts']:>7} {r['judged_prompts']:>6} "
+                     f"{r['false_cuts']:>9} {_pct(r['false_cut_rate']):>5} {_pct(r['completeness']):>8}  "
+                     f"{', '.join(r['false_cut_prompts']) or '-'}")
+    return "\n".join(lines)
+
+
 def format_table(summaries: Sequence[dict[str, Any]], labels: dict[str, str]) -> str:
     head = (f"{'strategy':<34} {'complete':>8} {'false cut':>9} {'json ok':>7} {'lat p50':>8} {'lat p95':>8} "
             f"{'gen tok':>8} {'useful':>7} {'effic.':>6} {'runaway':>7} {'deadline':>8}")
