@@ -28,7 +28,7 @@ def test_prompt_set_is_large_and_varied():
         assert set(p.stop_presets) <= set(STOP_PRESETS)
         for s in STRATEGIES:
             strategy_params(s, p, 64, 10.0)  # every prompt is valid under every strategy
-    assert all(p.stop_presets for p in prompts if p.kind != "loop")  # each non-loop kind has its stop
+    assert all(p.stop_presets or p.stop for p in prompts if p.kind != "loop")  # each non-loop kind has its stop
     # every prompt carries its own content checker; only the loop prompts have no end
     assert all(p.check["type"] in CHECKERS for p in prompts)
     assert {p.check["type"] for p in prompts if p.kind == "loop"} == {"endless"}
