@@ -10,7 +10,9 @@ text never completes it. The prompt set stores each prompt's check (`"check": {"
              itself (eos) ends where it ends
   items      after the n-th item line ("items": n): a non-empty line not ending in ':' (an
              introduction such as "Here are five fruits:" is not an item)
-  json       after the first complete JSON value, decoded from the first '{' or '['
+  json       after the first complete JSON value, decoded from the first '{' or '['; with "schema":
+             the JSON Schema the prompt asks for, which that value is also validated against
+             (json_value_valid; the end does not depend on it)
   code       after the closing fence of the first fenced (```) block
   turn       before the first line that opens another speaker's turn ("User:", "Customer:", ...);
              a reply the model ended itself (eos) with no such line ends where it ends
@@ -58,15 +60,20 @@ def _items(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
     return None
 
 
-def _json(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+def _first_json(text: str) -> tuple[Any, int] | None:
+    """The first JSON value decoded from the first '{' or '[', and where it ends."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
         return None
     try:
-        _, end = json.JSONDecoder().raw_decode(text, min(starts))
+        return json.JSONDecoder().raw_decode(text, min(starts))
     except ValueError:
         return None
-    return end
+
+
+def _json(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    found = _first_json(text)
+    return None if found is None else found[1]
 
 
 def _code(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
@@ -106,4 +113,12 @@ def content_end(check: dict[str, Any], text: str, ended_by_eos: bool) -> int | N
 
 def json_value_ok(text: str) -> bool:
     """A client extracting JSON gets a value: decoded from the first '{' or '[' (text after it is ignored)."""
-    return _json(text, {}, False) is not None
+    return _first_json(text) is not None
+
+
+def json_value_valid(text: str, schema: dict[str, Any]) -> bool:
+    """The value json_value_ok finds also validates against `schema` (jsonschema, the schema's own draft)."""
+    import jsonschema
+
+    found = _first_json(text)
+    return found is not None and jsonschema.validators.validator_for(schema)(schema).is_valid(found[0])

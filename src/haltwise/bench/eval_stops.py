@@ -10,7 +10,8 @@ runs the whole set through the real model, greedy, all prompts submitted at once
   c  + stops for the kind the prompt's stop strings and presets
   d  + loop detection     repetition detector on (default settings)
   e  + deadline           everything, and a per-request deadline (--deadline seconds)
-  f  e + grammar          e, and JSON prompts constrained to a JSON object (response_format json_object)
+  f  e + grammar          e, and JSON prompts constrained to the JSON Schema their check carries (what
+                          the prompt asks for, as a client would send it), else to a JSON object
   g  eos + auto + loops   no hand-chosen stops: stop_presets ["auto"] picks them from the prompt
   h  e + whole-word stops e, with stop_boundary "word" (a stop word does not cut inside a longer word)
 
@@ -82,8 +83,13 @@ def last_user_text(prompt: StopPrompt) -> str | None:
 
 
 def _json_grammar(prompt: StopPrompt) -> dict[str, Any]:
-    """(f): a JSON prompt is constrained to a JSON object, so it ends when the object closes."""
-    return {"structured_outputs": StructuredOutputs(json_object=True)} if prompt.kind == "json" else {}
+    """(f): a JSON prompt is constrained to its schema (else any JSON object): it ends when the value closes.
+    An array asked for gets an array: json_object alone would force an object around it."""
+    if prompt.kind != "json":
+        return {}
+    schema = prompt.check.get("schema")
+    structure = StructuredOutputs(json=schema, name=prompt.id) if schema else StructuredOutputs(json_object=True)
+    return {"structured_outputs": structure}
 
 
 def _auto_presets(prompt: StopPrompt) -> dict[str, Any]:
@@ -185,8 +191,9 @@ def run(args: argparse.Namespace) -> int:
 
 LEGEND = """\
 complete: share of the prompts with a known content end (each prompt's checker on strategy b's text) whose
-text holds the whole answer; false cut: answers the strategy's own stop cut before their content ended;
-json ok: a JSON value decodes from the first '{' or '['; lat p50/p95: seconds arrival -> finish (all prompts
+text holds the whole answer; trunc.: share of those whose text stops short of it (any reason); false cut:
+answers the strategy's own stop cut before their content ended; json ok: a JSON value decodes from the
+first '{' or '['; valid: it also validates against the prompt's JSON Schema; lat p50/p95: seconds arrival -> finish (all prompts
 at once); gen tok: tokens returned; useful: tokens up to the content end (0 where the answer never completes);
 effic.: useful / gen tok; runaway: cut by max_tokens or the window; deadline: cut by the deadline.
 Definitions: haltwise/bench/stop_metrics.py and content_checks.py."""
