@@ -93,6 +93,20 @@ def test_a_list_cut_after_here_is_a_false_cut_not_complete():
     assert s["completeness"] == 1.0 and s["false_cuts"] == 0 and s["token_efficiency"] < 1.0
 
 
+def test_json_validity_against_the_prompts_schema():
+    from haltwise.bench.content_checks import json_value_valid
+
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+    assert json_value_valid("Sure: [2, 4] done", schema)
+    assert not json_value_valid("[2, 4, 6]", schema) and not json_value_valid('{"a": 1}', schema)
+    assert not json_value_valid("[2, ", schema)
+    checks = {"j1": {"type": "json", "schema": schema}, "j2": {"type": "json"}}
+    gens = [g("j1", "json", "eos", "[1, 2, 3]"), g("j2", "json", "eos", "[1]")]
+    s = summarize("f", gens, {"j1": ContentEnd(9, 9), "j2": ContentEnd(3, 3)}, checks)
+    assert s["json_parse_rate"] == 1.0 and s["json_valid_rate"] == 0.0  # only j1 has a schema, and fails it
+    assert s["truncation_rate"] == 0.0 and "valid" in stop_metrics.format_table([s], {})
+
+
 def test_subset_cuts_judge_only_the_subset():
     reference = [g("p1", "json", "eos", '{"a": 1}'), g("p3", "list", "eos", LIST)]
     ends = reference_content_ends(reference, CHECKS, by_chars)
