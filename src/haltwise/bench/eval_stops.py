@@ -193,10 +193,11 @@ LEGEND = """\
 complete: share of the prompts with a known content end (each prompt's checker on strategy b's text) whose
 text holds the whole answer; trunc.: share of those whose text stops short of it (any reason); false cut:
 answers the strategy's own stop cut before their content ended; json ok: a JSON value decodes from the
-first '{' or '['; valid: it also validates against the prompt's JSON Schema; lat p50/p95: seconds arrival -> finish (all prompts
-at once); gen tok: tokens returned; useful: tokens up to the content end (0 where the answer never completes);
-effic.: useful / gen tok; runaway: cut by max_tokens or the window; deadline: cut by the deadline.
-Definitions: haltwise/bench/stop_metrics.py and content_checks.py."""
+first '{' or '['; valid: it also validates against the prompt's JSON Schema; lat p50/p95: seconds
+arrival -> finish (all prompts at once); gen tok: tokens returned; useful: tokens up to the content end
+(0 where the answer never completes); effic.: useful / gen tok; runaway: cut by max_tokens or the window;
+deadline: cut by the deadline. Word stops: the same, on the prompts whose stop strings are words, prefix
+(e) vs whole-word (h) matching. Definitions: haltwise/bench/stop_metrics.py and content_checks.py."""
 
 
 def evaluate(llm: Any, prompts: list[StopPrompt], strategies: list[str], max_tokens: int, deadline_s: float,
