@@ -1,4 +1,5 @@
 """eval-stops: the shipped prompt set, the strategy ladder, and a full run on the tiny model."""
+import dataclasses
 import json
 
 import pytest
@@ -10,7 +11,8 @@ from haltwise.cli import main
 from haltwise.sampling_params import STOP_PRESETS
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-SUMMARY_KEYS = {"strategy", "prompts", "judged_prompts", "completeness", "false_cuts", "truncated",
+SUMMARY_KEYS = {"strategy", "prompts", "judged_prompts", "completeness", "false_cuts", "truncated", "truncation_rate",
+                "json_valid_rate",
                 "content_ending_share", "loop_cut_share", "json_prompts", "json_parse_rate", "latency_p50_s",
                 "latency_p95_s", "latency_missing", "generated_tokens", "useful_tokens", "token_efficiency",
                 "runaways", "deadline_cuts", "divergences", "reasons", "by_kind"}
@@ -28,7 +30,7 @@ def test_prompt_set_is_large_and_varied():
         assert set(p.stop_presets) <= set(STOP_PRESETS)
         for s in STRATEGIES:
             strategy_params(s, p, 64, 10.0)  # every prompt is valid under every strategy
-    assert all(p.stop_presets for p in prompts if p.kind != "loop")  # each non-loop kind has its stop
+    assert all(p.stop_presets or p.stop for p in prompts if p.kind != "loop")  # each non-loop kind has its stop
     # every prompt carries its own content checker; only the loop prompts have no end
     assert all(p.check["type"] in CHECKERS for p in prompts)
     assert {p.check["type"] for p in prompts if p.kind == "loop"} == {"endless"}
@@ -52,6 +54,20 @@ def test_each_strategy_adds_one_layer():
     assert d.repetition_detection.enabled and d.timeout is None
     assert e.timeout == 5.0 and e.stop_presets == ("json",) and not e.ignore_eos
     assert all(x.greedy and x.max_tokens == 32 for x in (a, b, c, d, e))
+
+
+def test_json_prompts_carry_the_schema_they_ask_for():
+    from haltwise.structured.schema_check import check_schema
+
+    json_prompts = [p for p in load_prompt_set() if p.kind == "json"]
+    assert json_prompts and all("schema" in p.check for p in json_prompts)
+    for p in json_prompts:
+        check_schema(p.check["schema"], "check.schema")  # a schema the server accepts
+        asked = p.messages[-1]["content"]
+        schema = p.check["schema"]
+        assert ("array" in asked or "list" in asked) == (schema["type"] == "array") or "key" in asked, p.id
+        for key in schema.get("properties", {}):
+            assert f'"{key}"' in asked, (p.id, key)  # every required key is one the prompt names
 
 
 def test_first_per_kind_keeps_file_order():
@@ -104,7 +120,9 @@ def test_strategy_f_constrains_only_json_prompts_and_g_picks_presets_itself():
 
     prompts = {p.kind: p for p in load_prompt_set()}
     f_json = strategy_params("f", prompts["json"], 64, 30.0)
-    assert f_json.structured_outputs is not None and f_json.structured_outputs.json_object
+    assert f_json.structured_outputs is not None and json.loads(f_json.structured_outputs.json) == prompts["json"].check["schema"]
+    bare = dataclasses.replace(prompts["json"], check={"type": "json"})  # no schema: any JSON object
+    assert strategy_params("f", bare, 64, 30.0).structured_outputs.json_object
     assert strategy_params("f", prompts["list"], 64, 30.0).structured_outputs is None
     g_json, g_list = (strategy_params("g", prompts[k], 64, 30.0) for k in ("json", "list"))
     assert g_json.stop_presets == ("json",) and "auto -> json" in g_json.auto_presets

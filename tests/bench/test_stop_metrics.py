@@ -49,6 +49,10 @@ def test_json_ok_decodes_the_first_value_and_allows_prose_after_it():
     ({"type": "turn"}, "About 14 million.\nUser: thanks", False, 17),
     ({"type": "turn"}, "About 14 million.", True, 17),
     ({"type": "endless"}, "hello hello", True, None),
+    ({"type": "reply"}, "The weekend was fun.  ", True, 20),
+    ({"type": "reply"}, "The weekend was fun", False, None),  # never ended by the model: no known end
+    ({"type": "reply", "marker": "end"}, "A legend, endless. end", True, 18),  # the marker as a word only
+    ({"type": "reply", "marker": "end"}, "A legend, endless.", True, 18),
 ])
 def test_content_checkers(check, text, eos, end):
     assert content_end(check, text, eos) == end
@@ -87,6 +91,31 @@ def test_a_list_cut_after_here_is_a_false_cut_not_complete():
     late = g("p3", "list", "stop_string", LIST[:-5])
     s = summarize("d", [late], ends, CHECKS)
     assert s["completeness"] == 1.0 and s["false_cuts"] == 0 and s["token_efficiency"] < 1.0
+
+
+def test_json_validity_against_the_prompts_schema():
+    from haltwise.bench.content_checks import json_value_valid
+
+    schema = {"type": "array", "items": {"type": "integer"}, "minItems": 2, "maxItems": 2}
+    assert json_value_valid("Sure: [2, 4] done", schema)
+    assert not json_value_valid("[2, 4, 6]", schema) and not json_value_valid('{"a": 1}', schema)
+    assert not json_value_valid("[2, ", schema)
+    checks = {"j1": {"type": "json", "schema": schema}, "j2": {"type": "json"}}
+    gens = [g("j1", "json", "eos", "[1, 2, 3]"), g("j2", "json", "eos", "[1]")]
+    s = summarize("f", gens, {"j1": ContentEnd(9, 9), "j2": ContentEnd(3, 3)}, checks)
+    assert s["json_parse_rate"] == 1.0 and s["json_valid_rate"] == 0.0  # only j1 has a schema, and fails it
+    assert s["truncation_rate"] == 0.0 and "valid" in stop_metrics.format_table([s], {})
+
+
+def test_subset_cuts_judge_only_the_subset():
+    reference = [g("p1", "json", "eos", '{"a": 1}'), g("p3", "list", "eos", LIST)]
+    ends = reference_content_ends(reference, CHECKS, by_chars)
+    gens = [g("p1", "json", "stop_string", '{"a"'), g("p3", "list", "stop_string", "Here:")]
+    row = stop_metrics.subset_cuts("e", gens, ends, CHECKS, set(), {"p3"})
+    assert row == {"strategy": "e", "prompts": 1, "judged_prompts": 1, "false_cuts": 1, "false_cut_rate": 1.0,
+                   "completeness": 0.0, "runaways": 0, "false_cut_prompts": ["p3"]}
+    table = stop_metrics.format_word_table([row], {"e": "e prefix"})
+    assert "e prefix" in table and table.splitlines()[-1].endswith("p3")
 
 
 def test_missing_latency_is_not_zero():

@@ -10,10 +10,17 @@ text never completes it. The prompt set stores each prompt's check (`"check": {"
              itself (eos) ends where it ends
   items      after the n-th item line ("items": n): a non-empty line not ending in ':' (an
              introduction such as "Here are five fruits:" is not an item)
-  json       after the first complete JSON value, decoded from the first '{' or '['
+  json       after the first complete JSON value, decoded from the first '{' or '['; with "schema":
+             the JSON Schema the prompt asks for, which that value is also validated against
+             (json_value_valid; the end does not depend on it)
   code       after the closing fence of the first fenced (```) block
   turn       before the first line that opens another speaker's turn ("User:", "Customer:", ...);
              a reply the model ended itself (eos) with no such line ends where it ends
+  reply      where the model ended the text itself (eos), else never; with "marker": w, before the
+             first occurrence of w as a whole word (a regex \\b match, not the stop matcher), the
+             marker the prompt asks the model to write. For the word-stop prompts, whose user stop
+             words also occur inside other words ("end" in "weekend"): a cut before this end is a
+             false cut, whichever matcher made it
   endless    never (loop prompts: the request itself has no end; judged by tokens spent)
 """
 from __future__ import annotations
@@ -53,15 +60,20 @@ def _items(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
     return None
 
 
-def _json(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+def _first_json(text: str) -> tuple[Any, int] | None:
+    """The first JSON value decoded from the first '{' or '[', and where it ends."""
     starts = [i for i in (text.find("{"), text.find("[")) if i >= 0]
     if not starts:
         return None
     try:
-        _, end = json.JSONDecoder().raw_decode(text, min(starts))
+        return json.JSONDecoder().raw_decode(text, min(starts))
     except ValueError:
         return None
-    return end
+
+
+def _json(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    found = _first_json(text)
+    return None if found is None else found[1]
 
 
 def _code(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
@@ -78,12 +90,20 @@ def _turn(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
     return len(text.rstrip()) if ended_by_eos and text.strip() else None
 
 
+def _reply(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
+    marker = check.get("marker")
+    if marker and (m := re.search(rf"(?<!\w){re.escape(marker)}(?!\w)", text)):
+        return len(text[:m.start()].rstrip())
+    return len(text.rstrip()) if ended_by_eos and text.strip() else None
+
+
 def _endless(text: str, check: dict[str, Any], ended_by_eos: bool) -> int | None:
     return None
 
 
 CHECKERS: dict[str, Callable[[str, dict[str, Any], bool], int | None]] = {
-    "sentence": _sentence, "items": _items, "json": _json, "code": _code, "turn": _turn, "endless": _endless}
+    "sentence": _sentence, "items": _items, "json": _json, "code": _code, "turn": _turn, "reply": _reply,
+    "endless": _endless}
 
 
 def content_end(check: dict[str, Any], text: str, ended_by_eos: bool) -> int | None:
@@ -93,4 +113,12 @@ def content_end(check: dict[str, Any], text: str, ended_by_eos: bool) -> int | N
 
 def json_value_ok(text: str) -> bool:
     """A client extracting JSON gets a value: decoded from the first '{' or '[' (text after it is ignored)."""
-    return _json(text, {}, False) is not None
+    return _first_json(text) is not None
+
+
+def json_value_valid(text: str, schema: dict[str, Any]) -> bool:
+    """The value json_value_ok finds also validates against `schema` (jsonschema, the schema's own draft)."""
+    import jsonschema
+
+    found = _first_json(text)
+    return found is not None and jsonschema.validators.validator_for(schema)(schema).is_valid(found[0])

@@ -10,8 +10,14 @@ runs the whole set through the real model, greedy, all prompts submitted at once
   c  + stops for the kind the prompt's stop strings and presets
   d  + loop detection     repetition detector on (default settings)
   e  + deadline           everything, and a per-request deadline (--deadline seconds)
-  f  e + grammar          e, and JSON prompts constrained to a JSON object (response_format json_object)
+  f  e + grammar          e, and JSON prompts constrained to the JSON Schema their check carries (what
+                          the prompt asks for, as a client would send it), else to a JSON object
   g  eos + auto + loops   no hand-chosen stops: stop_presets ["auto"] picks them from the prompt
+  h  e + whole-word stops e, with stop_boundary "word" (a stop word does not cut inside a longer word)
+
+Word stops: the prompts whose stop strings begin or end with a word character (the word_stop kind:
+user stops such as "end" or "Human" that also occur inside other words) get a section of their own,
+prefix matching (e) against whole-word matching (h): false cuts and completeness on those prompts.
 
 Each strategy is one row of STRATEGIES (a Strategy: which layers it turns on, plus an optional
 per-prompt hook for request fields a later strategy adds, e.g. a grammar); add a row to add one.
@@ -34,6 +40,7 @@ from haltwise.bench import common, stop_metrics
 from haltwise.bench.common import Progress
 from haltwise.bench.stop_metrics import Generation
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
+from haltwise.stopping.stop_strings import is_word_char
 from haltwise.stopping.intent import resolve_auto
 from haltwise.structured.spec import StructuredOutputs
 
@@ -76,13 +83,28 @@ def last_user_text(prompt: StopPrompt) -> str | None:
 
 
 def _json_grammar(prompt: StopPrompt) -> dict[str, Any]:
-    """(f): a JSON prompt is constrained to a JSON object, so it ends when the object closes."""
-    return {"structured_outputs": StructuredOutputs(json_object=True)} if prompt.kind == "json" else {}
+    """(f): a JSON prompt is constrained to its schema (else any JSON object): it ends when the value closes.
+    An array asked for gets an array: json_object alone would force an object around it."""
+    if prompt.kind != "json":
+        return {}
+    schema = prompt.check.get("schema")
+    structure = StructuredOutputs(json=schema, name=prompt.id) if schema else StructuredOutputs(json_object=True)
+    return {"structured_outputs": structure}
 
 
 def _auto_presets(prompt: StopPrompt) -> dict[str, Any]:
     """(g): the intent classifier, not a hand-chosen list, picks the structural presets."""
     return {"stop_presets": ("auto",)}
+
+
+def _whole_words(prompt: StopPrompt) -> dict[str, Any]:
+    """(h): stop strings match whole words only."""
+    return {"stop_boundary": "word"}
+
+
+def has_word_stop(prompt: StopPrompt) -> bool:
+    """A stop string that begins or ends with a word character (where the two matchers differ)."""
+    return any(is_word_char(s[0]) or is_word_char(s[-1]) for s in prompt.stop)
 
 
 STRATEGIES: dict[str, Strategy] = {
@@ -93,9 +115,11 @@ STRATEGIES: dict[str, Strategy] = {
     "e": Strategy("e + deadline (everything)", stops=True, loops=True, deadline=True),
     "f": Strategy("f e + grammar for JSON", stops=True, loops=True, deadline=True, extra=_json_grammar),
     "g": Strategy("g eos + auto presets + loops", loops=True, extra=_auto_presets),
+    "h": Strategy("h e + whole-word stops", stops=True, loops=True, deadline=True, extra=_whole_words),
 }
 LABELS = {k: v.label for k, v in STRATEGIES.items()}
 REFERENCE = "b"  # its text is where the content checkers look (the model's own longest answer)
+WORD_PAIR = ("e", "h")  # prefix vs whole-word matching, otherwise the same layers
 
 
 def load_prompt_set(path: str | Path | None = None) -> list[StopPrompt]:
@@ -156,6 +180,9 @@ def run(args: argparse.Namespace) -> int:
     result = evaluate(llm, prompts, strategies, max_tokens, deadline, progress)
     print(stop_metrics.format_table(result["strategies"], LABELS))
     print(LEGEND)
+    if result["word_stops"]:
+        print(f"\nword stops ({len(result['word_stop_prompts'])} prompts whose stop strings are words):")
+        print(stop_metrics.format_word_table(result["word_stops"], LABELS))
     common.write_json(args.json, result)
     if args.png:
         save_eval_chart(args.png, result["strategies"])
@@ -164,11 +191,13 @@ def run(args: argparse.Namespace) -> int:
 
 LEGEND = """\
 complete: share of the prompts with a known content end (each prompt's checker on strategy b's text) whose
-text holds the whole answer; false cut: answers the strategy's own stop cut before their content ended;
-json ok: a JSON value decodes from the first '{' or '['; lat p50/p95: seconds arrival -> finish (all prompts
-at once); gen tok: tokens returned; useful: tokens up to the content end (0 where the answer never completes);
-effic.: useful / gen tok; runaway: cut by max_tokens or the window; deadline: cut by the deadline.
-Definitions: haltwise/bench/stop_metrics.py and content_checks.py."""
+text holds the whole answer; trunc.: share of those whose text stops short of it (any reason); false cut:
+answers the strategy's own stop cut before their content ended; json ok: a JSON value decodes from the
+first '{' or '['; valid: it also validates against the prompt's JSON Schema; lat p50/p95: seconds
+arrival -> finish (all prompts at once); gen tok: tokens returned; useful: tokens up to the content end
+(0 where the answer never completes); effic.: useful / gen tok; runaway: cut by max_tokens or the window;
+deadline: cut by the deadline. Word stops: the same, on the prompts whose stop strings are words, prefix
+(e) vs whole-word (h) matching. Definitions: haltwise/bench/stop_metrics.py and content_checks.py."""
 
 
 def evaluate(llm: Any, prompts: list[StopPrompt], strategies: list[str], max_tokens: int, deadline_s: float,
@@ -193,9 +222,13 @@ def evaluate(llm: Any, prompts: list[StopPrompt], strategies: list[str], max_tok
                  f"sequence (judged on their own text): {diverging[:5]}")
     diverged = {(d["strategy"], d["prompt_id"]) for d in diverging}
     summaries = [stop_metrics.summarize(s, gens[s], ends, checks, diverged) for s in strategies]
+    word_ids = {p.id for p in prompts if has_word_stop(p)}
+    word_stops = [stop_metrics.subset_cuts(s, gens[s], ends, checks, diverged, word_ids)
+                  for s in strategies if s in WORD_PAIR] if word_ids else []
     return {"benchmark": "eval-stops", "environment": common.environment(), "max_tokens": max_tokens,
             "deadline_s": deadline_s, "reference_strategy": REFERENCE, "labels": LABELS,
             "kinds": sorted({p.kind for p in prompts}), "strategies": summaries,
+            "word_stop_prompts": sorted(word_ids), "word_stops": word_stops,
             "content_ends": {pid: asdict(e) for pid, e in ends.items()}, "divergences": diverging,
             "generations": {s: [asdict(g) for g in gs] for s, gs in gens.items()}}
 

@@ -22,8 +22,10 @@ Per generation (one prompt under one strategy):
   runaway      ended by a token limit (max_tokens / context window)
   json_ok      (JSON prompts) a JSON value decodes from the text's first '{' or '[' (trailing
                prose allowed: what a client extracting the JSON gets)
+  json_valid   (JSON prompts whose check carries a "schema") that value also validates against it
 Per strategy (over all prompts; completeness and cuts over the prompts whose content end is known):
-  completeness, false_cuts, truncated, runaways, deadline_cuts, json_parse_rate,
+  completeness, false_cuts, truncated (and truncation_rate = truncated / judged), runaways,
+  deadline_cuts, json_parse_rate, json_valid_rate (over the JSON prompts with a schema),
   token_efficiency = sum(useful) / sum(generated), latency p50/p95 (missing latencies are counted
   in latency_missing, never read as 0), content_ending_share (the old "complete": ended by
   eos/stop, whatever the text says), divergences.
@@ -34,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Sequence
 
 from haltwise.bench.common import median, percentile
-from haltwise.bench.content_checks import content_end, json_value_ok
+from haltwise.bench.content_checks import content_end, json_value_ok, json_value_valid
 
 CONTENT_REASONS = frozenset({"eos", "stop_string", "stop_token"})
 LOOP_REASONS = frozenset({"repetition"})
@@ -134,6 +136,7 @@ def summarize(strategy: str, gens: Sequence[Generation], ends: dict[str, Content
     generated = sum(g.generated for g in gens)
     useful = sum(v["useful"] for v in verdicts)
     json_gens = [g for g in gens if g.kind == "json"]
+    schema_gens = [(g, checks[g.prompt_id]["schema"]) for g in json_gens if "schema" in checks[g.prompt_id]]
     latencies = [g.latency_s for g in gens if g.latency_s is not None]
     by_kind: dict[str, dict[str, Any]] = {}
     for kind in dict.fromkeys(g.kind for g in gens):
@@ -157,10 +160,13 @@ def summarize(strategy: str, gens: Sequence[Generation], ends: dict[str, Content
         "completeness": sum(v["complete"] for v in known) / len(known) if known else None,
         "false_cuts": sum(v["false_cut"] for v in known),
         "truncated": sum(v["truncated"] for v in known),
+        "truncation_rate": sum(v["truncated"] for v in known) / len(known) if known else None,
         "content_ending_share": endings.count("content") / n if n else None,
         "loop_cut_share": endings.count("loop") / n if n else None,
         "json_prompts": len(json_gens),
         "json_parse_rate": sum(json_ok(g.text) for g in json_gens) / len(json_gens) if json_gens else None,
+        "json_valid_rate": (sum(json_value_valid(g.text, sc) for g, sc in schema_gens) / len(schema_gens)
+                            if schema_gens else None),
         "latency_p50_s": median(latencies) if latencies else None,
         "latency_p95_s": percentile(latencies, 95) if latencies else None,
         "latency_missing": n - len(latencies),
@@ -175,13 +181,37 @@ def summarize(strategy: str, gens: Sequence[Generation], ends: dict[str, Content
     }
 
 
+def subset_cuts(strategy: str, gens: Sequence[Generation], ends: dict[str, ContentEnd],
+                checks: dict[str, dict[str, Any]], diverged: set[tuple[str, str]], prompt_ids: set[str]
+                ) -> dict[str, Any]:
+    """False cuts and completeness of one strategy on a subset of the prompts (e.g. those with word stops)."""
+    s = summarize(strategy, [g for g in gens if g.prompt_id in prompt_ids], ends, checks, diverged)
+    judged = s["judged_prompts"]
+    cut_ids = [g.prompt_id for g in gens if g.prompt_id in prompt_ids
+               and judge(g, ends[g.prompt_id], checks[g.prompt_id], (strategy, g.prompt_id) in diverged)["false_cut"]]
+    return {"strategy": strategy, "prompts": s["prompts"], "judged_prompts": judged, "false_cuts": s["false_cuts"],
+            "false_cut_rate": s["false_cuts"] / judged if judged else None, "completeness": s["completeness"],
+            "runaways": s["runaways"], "false_cut_prompts": cut_ids}
+
+
+def format_word_table(rows: Sequence[dict[str, Any]], labels: dict[str, str]) -> str:
+    head = f"{'strategy':<34} {'prompts':>7} {'judged':>6} {'false cut':>9} {'rate':>5} {'complete':>8}  cut prompts"
+    lines = [head, "-" * len(head)]
+    for r in rows:
+        lines.append(f"{labels.get(r['strategy'], r['strategy']):<34} {r['prompts']:>7} {r['judged_prompts']:>6} "
+                     f"{r['false_cuts']:>9} {_pct(r['false_cut_rate']):>5} {_pct(r['completeness']):>8}  "
+                     f"{', '.join(r['false_cut_prompts']) or '-'}")
+    return "\n".join(lines)
+
+
 def format_table(summaries: Sequence[dict[str, Any]], labels: dict[str, str]) -> str:
-    head = (f"{'strategy':<34} {'complete':>8} {'false cut':>9} {'json ok':>7} {'lat p50':>8} {'lat p95':>8} "
-            f"{'gen tok':>8} {'useful':>7} {'effic.':>6} {'runaway':>7} {'deadline':>8}")
+    head = (f"{'strategy':<34} {'complete':>8} {'trunc.':>6} {'false cut':>9} {'json ok':>7} {'valid':>5} "
+            f"{'lat p50':>8} {'lat p95':>8} {'gen tok':>8} {'useful':>7} {'effic.':>6} {'runaway':>7} {'deadline':>8}")
     lines = [head, "-" * len(head)]
     for s in summaries:
         lines.append(f"{labels.get(s['strategy'], s['strategy']):<34} {_pct(s['completeness']):>8} "
-                     f"{s['false_cuts']:>9} {_pct(s['json_parse_rate']):>7} {_num(s['latency_p50_s']):>8} "
+                     f"{_pct(s['truncation_rate']):>6} {s['false_cuts']:>9} {_pct(s['json_parse_rate']):>7} "
+                     f"{_pct(s['json_valid_rate']):>5} {_num(s['latency_p50_s']):>8} "
                      f"{_num(s['latency_p95_s']):>8} {s['generated_tokens']:>8} {s['useful_tokens']:>7} "
                      f"{_num(s['token_efficiency']):>6} {s['runaways']:>7} {s['deadline_cuts']:>8}")
     return "\n".join(lines)
