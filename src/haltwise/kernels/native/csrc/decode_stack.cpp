@@ -159,7 +159,11 @@ class DecodeStack {
       m.rms_norm_rows(hp, hidden_, L.norms[sandwich_ ? 2 : 1].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(),
                       hidden_, T, hidden_);
       linear(L.linears[GATE_UP], bucket, x, gu);
-      m.gated_rows(gu.data_ptr<float>(), T, I_, (int)act_, mid.data_ptr<float>());
+      float* gup = gu.data_ptr<float>();
+      float* midp = mid.data_ptr<float>();
+      at::parallel_for(0, T, 4, [&](int64_t r0, int64_t r1) {
+        m.gated_rows(gup + r0 * 2 * I_, r1 - r0, I_, (int)act_, midp + r0 * I_);
+      });
       linear(L.linears[DOWN], bucket, mid, proj);
       residual(L, 3, proj, hp, T, m);
     }
