@@ -28,7 +28,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--host", default="127.0.0.1", help="bind address (default loopback only)")
     a("--port", type=int, default=8000)
-    a("--served-model-name", default=DEFAULT_MODEL_NAME, help="the `model` clients must send")
+    a("--served-model-name", default=None,
+      help="the `model` clients must send (default: the --model name, e.g. qwen2.5-coder-0.5b, or the file's "
+           f"name without .gguf; {DEFAULT_MODEL_NAME} for the default model)")
     a("--api-key", default=None, help="require `Authorization: Bearer KEY` on /v1/*, /tokenize, /detokenize")
     a("--default-timeout", type=float, default=None, help="seconds per request unless it sets `timeout`")
     a("--watchdog", type=float, default=30.0, help="seconds an engine step may run before its requests fail")
@@ -43,11 +45,32 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
+def default_served_name(model: str | None, tiny: bool = False) -> str:
+    """What clients send as `model` unless --served-model-name says: a named model keeps its name, a
+    file its stem; the default model (named, by path, or --tiny) is DEFAULT_MODEL_NAME."""
+    from pathlib import Path
+
+    from haltwise.models.catalog import CATALOG, DEFAULT_MODEL, resolve_model
+
+    if tiny or model is None or model == DEFAULT_MODEL:
+        return DEFAULT_MODEL_NAME
+    if model in CATALOG:
+        return model
+    path = Path(model)
+    try:
+        if path.resolve() == Path(resolve_model(None)).resolve():
+            return DEFAULT_MODEL_NAME
+    except Exception:   # the default model's package is absent: this file is not it
+        pass
+    return path.name.removesuffix(".gguf") if path.suffix == ".gguf" else path.name
+
+
 def run(args: argparse.Namespace) -> int:
     """Build the engine and run the server until SIGTERM/SIGINT; returns the exit code (0)."""
     from haltwise.engine.async_engine import AsyncEngine
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
     if args.replicas or args.ray_address:
         from haltwise.cluster.launch import serve_cluster
 
