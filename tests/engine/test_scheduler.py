@@ -219,10 +219,12 @@ def test_abort_frees_blocks_at_once_and_finish_is_once() -> None:
         sched.add(seq)
     runner = FakeRunner(sched)
     runner.step()
-    used = sched.allocator.num_used_blocks
+    tables = {name: list(seq.block_table) for name, seq in (("a", a), ("a2", a2), ("b", b))}
+    assert sched.allocator.num_used_blocks == len(set().union(*tables.values())) and len(tables["a"]) == 3
     removed = sched.abort("A")
     assert set(map(id, removed)) == {id(a), id(a2)} and sched.running == (b,)
-    assert sched.allocator.num_used_blocks < used
+    assert sched.allocator.num_used_blocks == len(tables["b"])     # exactly A's blocks are back, at once
+    assert sched.allocator.num_live_seqs == 1
     for seq in removed:
         sched.finish(seq, Termination(Reason.CANCELLED))
         sched.finish(seq, Termination(Reason.TIMEOUT))  # second finish is ignored
