@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from haltwise.engine.admission import AdmissionError
+from haltwise.engine.sequence import SequenceStatus
 from haltwise.stopping.termination import Reason, Termination
 from tests.engine.scheduler_harness import WINDOW, FakeRunner, assert_all_free, make, make_seq, reference
 
@@ -81,4 +82,22 @@ def test_abort_frees_blocks_at_once_and_finish_is_once() -> None:
     assert sched.abort("A") == []
     runner.run()
     assert b.output_token_ids == reference([2] * 9, 3)
+    assert_all_free(sched)
+
+
+def test_add_group_is_all_or_nothing_at_the_queue_boundary_and_its_sequences_run() -> None:
+    full = make(max_queue=3)
+    full.add(make_seq([1, 2]))
+    full.add(make_seq([1, 2]))
+    with pytest.raises(AdmissionError):
+        full.add_group([make_seq([3]), make_seq([3])])     # 2 waiting + 2 > 3
+    assert full.num_waiting == 2
+    sched = make(max_queue=3)
+    alone = make_seq([1, 2], max_tokens=2)
+    sched.add(alone)
+    group = [make_seq([4, 5], max_tokens=3, request_id="g") for _ in range(2)]
+    sched.add_group(group)                                  # 1 waiting + 2 == 3: fits exactly
+    assert sched.waiting == (alone, *group) and all(s.status is SequenceStatus.WAITING for s in group)
+    FakeRunner(sched).run()
+    assert [s.output_token_ids for s in group] == [reference([4, 5], 3)] * 2
     assert_all_free(sched)
