@@ -239,6 +239,7 @@ def test_preemption_stress_under_random_load() -> None:
         for seq in seqs:
             assert seq.output_token_ids == reference(seq.prompt_token_ids, seq.params.max_tokens)
         assert_all_free(sched)
+        assert sum(seq.num_preemptions for seq in seqs) == sched.num_preemptions   # each one counted on its seq
         total_preemptions += sched.num_preemptions
     assert total_preemptions >= 150
 

@@ -50,7 +50,7 @@ def test_admission_rejects_at_once_when_the_queue_is_full() -> None:
     sched.add(make_seq([1, 2]))
     with pytest.raises(AdmissionError) as err:
         sched.add(make_seq([1, 2]))
-    assert err.value.kind == "queue_full" and err.value.retry_after and err.value.retry_after > 0
+    assert err.value.kind == "queue_full" and err.value.retry_after == 1.0   # the scheduler's default
     assert sched.num_waiting == 2
     with pytest.raises(AdmissionError):
         sched.add_group([make_seq([3]), make_seq([3])])
@@ -101,3 +101,16 @@ def test_add_group_is_all_or_nothing_at_the_queue_boundary_and_its_sequences_run
     FakeRunner(sched).run()
     assert [s.output_token_ids for s in group] == [reference([4, 5], 3)] * 2
     assert_all_free(sched)
+
+
+def test_a_sequence_finished_while_the_step_ran_does_not_stop_the_others_advancing() -> None:
+    sched = make()
+    gone, stays = make_seq([1] * 5, request_id="gone"), make_seq([2] * 6, request_id="stays")
+    sched.add(gone)
+    sched.add(stays)
+    out = sched.schedule()
+    assert [s.seq for s in out.scheduled] == [gone, stays]
+    for seq in sched.abort("gone"):                  # aborted between schedule and after_step
+        sched.finish(seq, Termination(Reason.CANCELLED))
+    sched.after_step(out)
+    assert (gone.num_computed_tokens, stays.num_computed_tokens) == (0, 6)
