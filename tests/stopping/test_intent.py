@@ -104,6 +104,8 @@ def test_the_choice_is_in_the_termination_detail_and_the_preset_cuts():
     ("Briefly, name a colour", "auto -> line: asks for a short answer"),
     ("What is the capital of Peru?", "auto -> line: a one-line factual question"),
     ("Hello!", "auto -> none: no structure asked for"),
+    ("What is\nthe capital of Peru?", "auto -> none: no structure asked for"),     # a question on two lines
+    ("What " + "is " * 18 + "it?", "auto -> line: a one-line factual question"),   # 20 words: still short
 ])
 def test_every_rule_names_itself_in_the_report(text, report):
     assert classify(text).report() == report          # the default is "no grammar"
