@@ -121,6 +121,12 @@ def test_json_prose_may_hold_any_letter():
     assert run(JsonPreset(), [text]) == [Match(text.index("}") + 1, text.index("}") + 1, "", "json")]
 
 
+def test_paragraph_a_line_of_letters_is_not_blank():
+    text = "one\nX\ntwo\n\nthree"
+    got = run(ParagraphPreset(), [text])
+    assert text[:got[0].start] == "one\nX\ntwo"
+
+
 def test_turn_markers_cut_before_marker_and_hold_back_prefixes():
     p = TurnPreset(["<|im_start|>", "\nUser:"])
     assert p.feed("Answer.\nUs") == [] and p.pending() == 3
