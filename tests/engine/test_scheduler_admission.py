@@ -6,7 +6,10 @@ from __future__ import annotations
 
 import pytest
 
+from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionError
+from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import SequenceStatus
 from haltwise.stopping.termination import Reason, Termination
 from tests.engine.scheduler_harness import WINDOW, FakeRunner, assert_all_free, make, make_seq, reference
@@ -114,3 +117,11 @@ def test_a_sequence_finished_while_the_step_ran_does_not_stop_the_others_advanci
         sched.finish(seq, Termination(Reason.CANCELLED))
     sched.after_step(out)
     assert (gone.num_computed_tokens, stays.num_computed_tokens) == (0, 6)
+
+
+def test_a_full_queue_suggests_the_configured_retry_after() -> None:
+    sched = Scheduler(EngineConfig(max_queue=1), BlockAllocator(64, 4), max_model_len=WINDOW, retry_after=2.5)
+    sched.add(make_seq([1, 2]))
+    with pytest.raises(AdmissionError) as err:
+        sched.add(make_seq([1, 2]))
+    assert err.value.retry_after == 2.5
