@@ -66,7 +66,8 @@ bench-setup: $(STAMP)
 	$(PEER_DIR)/build/bin/llama-bench --help >/dev/null && echo "llama.cpp peer ready in $(PEER_DIR)/build/bin"
 
 # Mutation testing of the stopping checks, the block allocator and the scheduler against their fast
-# tests (config in pyproject [tool.mutmut]). Not in CI, slow: about an hour on 2 idle cores.
+# tests (config in pyproject [tool.mutmut]). Not in CI, slow: ~1,700 mutants, several hours on 2 shared
+# cores (the stopper's mutants run the hypothesis suites); results stay in mutants/ (`mutmut results`).
 mutation: $(STAMP)
 	$(BIN)/pip install -q 'mutmut>=3.8'
 	OMP_NUM_THREADS=1 nice $(BIN)/mutmut run --max-children 2; $(BIN)/mutmut results

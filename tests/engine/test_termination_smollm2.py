@@ -124,8 +124,13 @@ def test_nan_logits_give_error_not_garbage(smollm2):
 
 
 def test_min_tokens_suppresses_eos(smollm2):
+    baseline = chat(smollm2, CAPITAL, greedy(40))
+    assert baseline.termination.reason.value == "eos" and len(baseline.token_ids) < 20   # ends early by itself
     out = chat(smollm2, CAPITAL, greedy(40, min_tokens=20))
     assert len(out.token_ids) >= 20
+    *answer, eos = baseline.token_ids                      # the eos token is the last of the output record
+    assert eos in smollm2.engine.eos_token_ids
+    assert out.token_ids[:len(answer)] == answer and out.token_ids[len(answer)] != eos   # same answer, eos held off
 
 
 @pytest.mark.parametrize("preset", ["json"])

@@ -91,10 +91,10 @@ def test_chat_param_errors(extra: dict, param: str) -> None:
     assert info.value.param == param
 
 
-def test_ignored_fields_are_accepted() -> None:
+def test_ignored_fields_are_accepted_and_change_nothing() -> None:
     req = CompletionRequest.model_validate({"prompt": "x", "user": "u1", "store": False, "metadata": {"a": "b"},
                                             "service_tier": "auto", "logit_bias": {}})
-    req.to_sampling_params()
+    assert req.to_sampling_params() == CompletionRequest.model_validate({"prompt": "x"}).to_sampling_params()
 
 
 @pytest.mark.parametrize("prompt, expected", [

@@ -96,3 +96,14 @@ def test_the_count_catches_a_rescanning_stopper():
     watchers = count_fed(s)
     chars = feed_tokens(s, 200)
     assert min(w.chars for w in watchers) > 10 * chars
+
+
+def test_word_mode_automaton_work_stops_growing_once_warm():
+    def walks(rounds: int) -> int:
+        _CountingMatcher.steps = 0
+        matcher = _CountingMatcher(["ab E", "N(x", "yes", "Q:"], boundary="word")
+        for _ in range(rounds):
+            matcher.feed("".join(PIECES))
+        return _CountingMatcher.steps
+
+    assert 0 < walks(30) == walks(300)

@@ -94,3 +94,35 @@ def test_the_choice_is_in_the_termination_detail_and_the_preset_cuts():
     assert s.text == "Four."
     unresolved = SequenceStopper(SamplingParams(max_tokens=1, stop_presets=("auto",)), frozenset({2}), {}, 3, 100)
     assert unresolved.on_token(10, "x\n").reason is Reason.MAX_TOKENS   # an unresolved "auto" adds nothing
+
+
+@pytest.mark.parametrize("text, report", [
+    ("Return JSON.", "auto -> json: mentions JSON"),
+    ("```\nfix this\n```", "auto -> code_block: asks for code"),
+    ("Implement quicksort in Rust.", "auto -> code_block: asks to write code"),
+    ("List the planets.", "auto -> paragraph: asks for a list"),
+    ("Briefly, name a colour", "auto -> line: asks for a short answer"),
+    ("What is the capital of Peru?", "auto -> line: a one-line factual question"),
+    ("Hello!", "auto -> none: no structure asked for"),
+    ("What is\nthe capital of Peru?", "auto -> none: no structure asked for"),     # a question on two lines
+    ("What " + "is " * 18 + "it?", "auto -> line: a one-line factual question"),   # 20 words: still short
+])
+def test_every_rule_names_itself_in_the_report(text, report):
+    assert classify(text).report() == report          # the default is "no grammar"
+
+
+def test_report_marks_json_a_no_op_under_a_grammar_only():
+    assert classify("Return JSON.").report(grammar=True) == "auto -> json: mentions JSON (no-op under a grammar)"
+    assert classify("List the planets.").report(grammar=True) == "auto -> paragraph: asks for a list"
+    assert Intent(("json", "line"), "r").report() == "auto -> json,line: r"
+    grammar = SamplingParams(stop_presets=("auto",), structured_outputs={"json_object": True})
+    assert resolve_auto(grammar, ["Return JSON."]).auto_presets.endswith("(no-op under a grammar)")
+    assert resolve_auto(SamplingParams(stop_presets=("auto",)), ["Return JSON."]).auto_presets == \
+        "auto -> json: mentions JSON"
+
+
+def test_classify_many_says_when_different_rules_agree():
+    # a factual question and a request for brevity: both "line", by two rules
+    assert classify_many(["What is the capital of Peru?", "Briefly, name a colour"]) == \
+        Intent(("line",), "all prompts agree")
+    assert classify_many(["Return JSON.", "as JSON please"]) == Intent(("json",), "mentions JSON")   # one rule

@@ -43,3 +43,19 @@ def test_no_false_positive_on_distinct_tokens():
 def test_invalid_settings():
     with pytest.raises(ValueError):
         RepetitionDetector(min_repeats=1)
+
+
+def test_repeats_counts_copies_only_for_periods_in_range():
+    det = RepetitionDetector(max_period=4, min_repeats=2, min_tokens=2)
+    for t in [5, 6, 7]:
+        det.append(t)
+    assert det.repeats(3) == 1                       # exactly one period of tokens: one copy
+    assert det.repeats(4) == 0                       # fewer tokens than the period
+    for t in [8, 5, 6, 7, 8, 5, 6, 7, 8]:
+        det.append(t)
+    assert det.repeats(4) == 3                       # the longest period allowed still counts
+    assert (det.repeats(0), det.repeats(5), det.repeats(-1)) == (0, 0, 0)   # out of range: none
+    same = RepetitionDetector(max_period=4, min_repeats=2, min_tokens=2)
+    for _ in range(5):
+        same.append(9)
+    assert same.repeats(1) == 5

@@ -95,3 +95,8 @@ def test_on_eval_stops_greedy_outputs_it_ends_the_runaways_and_no_finished_answe
     runaways = {g["id"] for g in data["generations"] if g["ended_by"] == "max_tokens"}
     assert {"json-01", "json-04"} <= runaways
     assert fired == runaways
+
+
+def test_most_repeated_is_none_before_any_ngram():
+    det = NearLoopDetector(ngram=3, window=30)
+    assert det.most_repeated() is None

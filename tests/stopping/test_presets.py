@@ -5,7 +5,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 
 from haltwise.stopping.presets import (DEFAULT_TURN_MARKERS, CodeBlockPreset, JsonPreset, LinePreset,
-                                       ParagraphPreset, TurnPreset, make_preset)
+                                       ParagraphPreset, TurnPreset, _fence, make_preset)
 from haltwise.stopping.stop_strings import Match
 
 
@@ -89,6 +89,42 @@ def test_code_block_unclosed_fence_waits_for_line_end():
     p = CodeBlockPreset()
     assert p.feed("```\ncode\n```") == [] and p.pending() == 0
     assert p.feed("\n") == [Match(12, 12, "", "code_block")]
+
+
+@pytest.mark.parametrize("line, fence", [
+    ("```", ("`", 3)), ("~~~~ x", ("~", 4)), ("   ```py", ("`", 3)),     # up to 3 spaces of indent
+    ("    ```", None), ("\t```", None), ("X```", None),                  # 4 spaces, a tab, a letter
+    ("``", None), ("", None), ("   ", None), ("aaa", None), ("XXX", None),
+])
+def test_fence_lines(line, fence):
+    assert _fence(line) == fence
+
+
+@pytest.mark.parametrize("text, kept", [
+    (" ```py\nx\n```\nrest", " ```py\nx\n```"),          # an indented opening fence
+    ("```X`\nx\n```\ny\n```\n", "```X`\nx\n```\ny\n```"),   # "```X`" opens nothing: backtick in info
+    ("```\nx\n```\t\ny\n```\n", "```\nx\n```\t\ny\n```"),   # only spaces may follow a closing fence
+    ("```\nx\n```X\ny\n```\n", "```\nx\n```X\ny\n```"),
+])
+def test_code_block_opening_and_closing_lines(text, kept):
+    got = run(CodeBlockPreset(), [text])
+    assert text[:got[0].start] == kept
+
+
+def test_code_block_reports_every_block_fed():
+    text = "```\na\n```\nb\n~~~\nc\n~~~\n"
+    assert [text[:m.start] for m in run(CodeBlockPreset(), [text])] == ["```\na\n```", text[:-1]]
+
+
+def test_json_prose_may_hold_any_letter():
+    text = 'Xbox data: {"a": 1} tail'
+    assert run(JsonPreset(), [text]) == [Match(text.index("}") + 1, text.index("}") + 1, "", "json")]
+
+
+def test_paragraph_a_line_of_letters_is_not_blank():
+    text = "one\nX\ntwo\n\nthree"
+    got = run(ParagraphPreset(), [text])
+    assert text[:got[0].start] == "one\nX\ntwo"
 
 
 def test_turn_markers_cut_before_marker_and_hold_back_prefixes():

@@ -162,3 +162,9 @@ def test_stop_boundary_is_validated():
         SamplingParams(stop_boundary="whole")
     assert e.value.param == "stop_boundary"
     assert SamplingParams().stop_boundary == "prefix"
+
+
+def test_a_longer_stop_failing_its_left_side_does_not_hide_a_shorter_one_ending_there():
+    # "a-b" is preceded by the word char "z" (no match); "b" is preceded by "-" and followed by " ": a match
+    matcher = StopStringMatcher(["a-b", "b"], boundary="word")
+    assert [(m.start, m.end, m.stop) for m in matcher.feed("za-b ")] == [(3, 4, "b")]

@@ -1,16 +1,20 @@
 """`haltwise serve`: command-line options, engine construction, uvicorn with a graceful SIGTERM.
 
-Shutdown order on SIGTERM/SIGINT: the app stops admitting (generation routes and /ready answer 503),
-uvicorn stops accepting connections and lets in-flight requests finish for up to --shutdown-grace
-seconds, then cancels what is left (which aborts those engine requests), and the engine shuts down.
-The process exits 0. With --replicas / --ray-address the engines run as Ray Serve replicas behind the
-same app (haltwise.cluster; ray is imported only then).
+Shutdown order on SIGTERM/SIGINT: the app stops admitting (generation routes and /ready answer 503
+with Retry-After) while the listener stays open, so a client that arrives during the drain gets that
+503, not a refused connection. Once no request is in flight, or --shutdown-grace seconds have passed,
+uvicorn closes the listener, cancels what is left (which aborts those engine requests) and the engine
+shuts down; a second signal starts that shutdown at once. The process exits 0. With --replicas /
+--ray-address the engines run as Ray Serve replicas behind the same app (haltwise.cluster; ray is
+imported only then).
 """
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import sys
+import time
 from typing import Any
 
 import uvicorn
@@ -90,25 +94,43 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
     config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", log_level="info",
                             h11_max_incomplete_event_size=args.max_header_bytes,
                             timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))
-    server = _DrainingServer(config, app.state.server)
+    server = _DrainingServer(config, app.state.server, grace=args.shutdown_grace)
     print(f"haltwise: serving {args.served_model_name} on http://{args.host}:{args.port}", flush=True)
     server.run()
     return 0
 
 
 class _DrainingServer(uvicorn.Server):
-    """uvicorn.Server whose exit signal first marks the app as draining (503 for new generations)."""
+    """uvicorn.Server that drains before it shuts down.
 
-    def __init__(self, config: uvicorn.Config, state: Any):
+    The exit signal marks the app as draining (503 for new generations) and starts the drain; the
+    listener stays open meanwhile. uvicorn's own shutdown (listener closed, the rest cancelled after
+    what is left of the grace) starts when no request task is left or the grace has passed.
+    """
+
+    def __init__(self, config: uvicorn.Config, state: Any, grace: float | None = None):
         super().__init__(config)
         self.state = state
+        self.grace = float(config.timeout_graceful_shutdown or 0) if grace is None else grace
+        self.drain_deadline: float | None = None     # monotonic end of the drain, once a signal came
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         self.state.draining = True
-        super().handle_exit(sig, frame)
+        if self.drain_deadline is None and not self.should_exit:
+            self.drain_deadline = time.monotonic() + self.grace
+            return
+        super().handle_exit(sig, frame)   # a second signal: shut down now
         # uvicorn re-raises captured signals after its graceful shutdown (the process would die of
         # SIGTERM, exit -15); here the signal is handled: drain, then return 0.
         getattr(self, "_captured_signals", []).clear()
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain_deadline is not None and not self.should_exit:
+            left = self.drain_deadline - time.monotonic()
+            if not self.server_state.tasks or left <= 0:
+                self.config.timeout_graceful_shutdown = max(1, math.ceil(left))
+                self.should_exit = True
+        return await super().on_tick(counter)
 
 
 def main(argv: list[str] | None = None) -> int:
