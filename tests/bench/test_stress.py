@@ -162,17 +162,19 @@ def test_stress_against_fake_servers(fault, broken, tmp_path, capsys) -> None:
 def small_server() -> Iterator[ServerThread]:
     from haltwise.engine.async_engine import AsyncEngine
 
-    config = EngineConfig(kv_cache_memory=POOL, max_model_len=256, max_queue=2)
+    config = EngineConfig(kv_cache_memory=POOL, max_model_len=256, max_queue=4)
     with ServerThread(build_app(AsyncEngine.build(engine_config=config, tiny=True), "tiny")) as server:
         yield server
 
 
 def test_short_stress_run_keeps_every_invariant(small_server, tmp_path, capsys) -> None:
     out = tmp_path / "stress.json"
-    # A queue of 2 for 8 clients: about half the valid requests are refused with 503 on purpose.
+    # A queue of 4 for 8 clients: many valid requests are refused with 503 on purpose. How many depends on
+    # the host's speed (with a queue of 2, a fresh clone on a busy 2-core host refused 87%): the bound
+    # only has to catch a server that refuses (nearly) everything.
     code = stress.run(_args(url=small_server.url, clients=8, duration=60.0, requests=60, max_tokens=48,
                             invalid_rate=0.15, disconnect_rate=0.2, drain_timeout=60.0, seed=3, json=str(out),
-                            max_refused_share=0.85))
+                            max_refused_share=0.9))
     printed = capsys.readouterr().out
     report = json.loads(out.read_text())
     assert code == 0, printed
