@@ -24,7 +24,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                         '"original_max_position_embeddings":8192}\'')
     p.add_argument("--kv-cache-memory", default="auto",
                    help="KV pool: bytes (512MiB, 2GB), a fraction of RAM (0.1), or auto (default): "
-                        f"{KV_AUTO_FRACTION:.0%} of available RAM, more if one --max-model-len sequence needs it")
+                        f"{KV_AUTO_FRACTION * 100:.0f}%% of available RAM, more if one --max-model-len sequence needs it")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
