@@ -73,7 +73,12 @@ class EngineConfig:
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
     num_threads: int | None = None      # torch intra-op threads; None = all cores
-    native_decode: bool = True          # dtype auto: decode-only steps run all layers in one native call
+    native_decode: bool = True          # dtype auto: steps run all layers in one native call (models/native_decode.py)
+    # dtype auto: the same request gives the same tokens whatever shares its steps (SPEC §11): one
+    # batch-invariant format per linear and every step, prefill included, through the native layer stack.
+    # False (opt-in, --nondeterministic-kernels): the fastest format per row bucket, native only for
+    # decode-only steps; a request's tokens may then depend on its batch, chunking and cache hits.
+    batch_invariant: bool = True
 
     @property
     def kv_dtype(self) -> str:

@@ -1,4 +1,6 @@
 """Engine level: dtype auto runs the plan; a broken candidate is excluded and the engine still matches float32."""
+import copy
+
 import pytest
 import torch
 
@@ -25,15 +27,20 @@ def tiny(dtype, **kw):
     return build_engine(engine_config=EngineConfig(dtype=dtype, kv_cache_memory=4 * 2**20, **kw), tiny=True)
 
 
-def test_broken_candidates_are_excluded_and_the_engine_matches_float32(monkeypatch):
-    monkeypatch.setattr(model_plan, "all_formats", lambda: [*BROKEN, get("float32")])
-    auto = tiny("auto")
+@pytest.mark.parametrize("invariant", [False, True], ids=["per-bucket plan", "batch-invariant plan"])
+def test_broken_candidates_are_excluded_and_the_engine_matches_float32(monkeypatch, invariant):
+    broken = [copy.copy(f) for f in BROKEN]
+    for f in broken:
+        f.batch_invariant = invariant                   # the invariant plan measures only formats that claim it
+    good = get("float32-native" if invariant else "float32")
+    monkeypatch.setattr(model_plan, "all_formats", lambda: [*broken, good])
+    auto = tiny("auto", batch_invariant=invariant)
     plan = auto.kernel_plan
     for group in plan.groups.values():
-        assert set(group.excluded) == {f.name for f in BROKEN}
-    assert {name for names in plan.chosen().values() for name in names} == {"float32"}
+        assert set(group.excluded) == {f.name for f in broken}
+    assert {name for names in plan.chosen().values() for name in names} == {good.name}
     layers = [m for m in auto.runner.model.modules() if isinstance(m, PlannedLinear)]
-    assert layers and all(set(m.bucket_formats) == {"float32"} for m in layers)
+    assert layers and all(set(m.bucket_formats) == {good.name} for m in layers)
     prompt = list(range(5, 40))
     assert greedy_tokens(auto, prompt) == greedy_tokens(tiny("float32"), prompt)
     assert "kernel plan" in auto.describe() and "KV cache" in auto.describe()

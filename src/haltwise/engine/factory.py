@@ -17,11 +17,13 @@ from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.native import build as native_kernels
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.plan import KernelPlan
+from haltwise.kernels.verify import CALIBRATION_TEXT
 from haltwise.models.loader import load_model
 from haltwise.models.native_decode import NativeDecode
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
+CALIBRATION_TOKENS = 64   # rows of real activations each linear is verified on (tiled up to 256)
 
 
 def build_engine(model: str | Path | None = None, engine_config: EngineConfig | None = None,
@@ -44,7 +46,7 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
         model_config = net.config
         max_len = config.max_model_len or model_config.max_position_embeddings
         config = _size_kv(config, model_config, max_len)
-        plan = _plan(net, None, config) if config.dtype == "auto" else None
+        plan = _plan(net, None, config, tokenizer) if config.dtype == "auto" else None
         engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout)
         engine.kernel_plan = plan
         return engine
@@ -57,7 +59,7 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
              time.perf_counter() - tok_start)
     config = _size_kv(config, loaded.config, loaded.max_model_len)
     config = replace(config, max_model_len=loaded.max_model_len)
-    plan = _plan(loaded.model, loaded.path, config) if config.dtype == "auto" else None
+    plan = _plan(loaded.model, loaded.path, config, tokenizer) if config.dtype == "auto" else None
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)
     engine.kernel_plan = plan
@@ -83,15 +85,22 @@ def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> E
     return config
 
 
-def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig) -> KernelPlan:
+def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, tokenizer: Tokenizer) -> KernelPlan:
     """Swap the model's linears for the host's plan (LLMEngine.describe prints it beside the KV budget),
-    then give decode-only steps the native layer stack where it can run them."""
+    verified on this model's activations, then give steps the native layer stack where it can run them:
+    every step under the batch-invariant default, decode-only steps otherwise."""
     start = time.perf_counter()
     native_kernels.load()    # build or load the extension now, never inside a step (the watchdog would fire)
-    plan, counts = plan_model(model, path)
+    calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:CALIBRATION_TOKENS]
+    plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant, calibration_ids=calibration)
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
+    model.model.native_decode = None
     if config.native_decode:
-        model.model.native_decode, why = NativeDecode.build(model.model)
-        log.info("native decode: %s", f"on for row buckets {model.model.native_decode.buckets()}"
-                 if model.model.native_decode else f"off ({why})")
+        model.model.native_decode, why = NativeDecode.build(model.model, every_step=config.batch_invariant,
+                                                                head=model.lm_head)
+        log.info("native layer stack: %s", model.model.native_decode.describe() if model.model.native_decode
+                 else f"off ({why})")
+    if config.batch_invariant and not (model.model.native_decode and model.model.native_decode.every_step):
+        log.warning("the default path is not batch invariant on this host (the native layer stack cannot run "
+                    "every step): a request's tokens may depend on the other requests in its steps")
     return plan

@@ -13,6 +13,12 @@ float32 reference within the format's own `tolerance`. Contract:
   * `run(prepared, x)`: x (rows, in) float32, contiguous, rows >= 1 -> (rows, out) float32 = x @ W.T.
     The bias is NOT the format's business: PlannedLinear adds `source.bias` after `run`.
   * `version`: bump it when the format's numbers or speed change, so cached plans are re-measured.
+  * `batch_invariant`: row r of `run(prepared, x)` depends only on x[r] and the weight -- the same bits
+    whatever the other rows, their number, or the thread count. Only such formats serve the default
+    (deterministic) path; the verification (kernels/verify.py) checks the claim on every linear.
+  * `error_bound(x, weight, abs_dot)`: the largest |y - F.linear(x, W)| the format may produce on each
+    output (rows, out), justified by how it rounds; abs_dot = |x| @ |W|.T. The verification holds every
+    (linear, row bucket) cell to it on activations from a real forward pass.
 
 Native formats register themselves on import of `haltwise.kernels.native` (see `all_formats`).
 """
@@ -81,11 +87,29 @@ class LinearSource:
         return self._group
 
 
+# One float32 rounding (unit roundoff 2^-24); a float32 dot product of length K is within
+# K * U32 * sum|w x| of the exact sum (Higham's gamma_K, to first order), in any summation order.
+U32 = 2.0 ** -24
+# bfloat16 keeps 8 significant bits: rounding a value moves it by at most 2^-9 of itself.
+U_BF16 = 2.0 ** -9
+
+
+def float32_sum_bound(weight: torch.Tensor, abs_dot: torch.Tensor) -> torch.Tensor:
+    """Two float32 dot products of length K (ours and the reference's) each within gamma_K of the exact sum."""
+    return 2 * weight.shape[1] * U32 * abs_dot
+
+
 class LinearFormat(ABC):
     name: str = ""
-    tolerance: float = 0.0       # max allowed max|y - y_ref| / max|y_ref| against float32 F.linear
+    tolerance: float = 0.0       # max |y - y_ref| / max |y_ref| on Gaussian inputs (the measuring check)
     exact: bool = False          # computes in float32 on the checkpoint's own values
+    batch_invariant: bool = False
     version: int = 1
+
+    def error_bound(self, x: torch.Tensor, weight: torch.Tensor, abs_dot: torch.Tensor) -> torch.Tensor:
+        """(rows, out) bound on |y - F.linear(x, weight)|. Default: the relative tolerance of the largest output."""
+        ref_max = (x @ weight.T).abs().max()
+        return torch.full_like(abs_dot, float(self.tolerance * ref_max))
 
     def unavailable(self, host: HostInfo) -> str | None:
         return None

@@ -1,4 +1,4 @@
-"""Plan a model's linears on this host (cached), and swap them for PlannedLinears."""
+"""Plan a model's linears on this host (cached), swap them for PlannedLinears, and verify them here."""
 from __future__ import annotations
 
 import hashlib
@@ -11,34 +11,79 @@ from haltwise.kernels import plan_cache
 from haltwise.kernels.gguf_blocks import attach_gguf_blocks
 from haltwise.kernels.formats import LinearFormat, all_formats, registry_version
 from haltwise.kernels.host import HostInfo, probe
-from haltwise.kernels.plan import KernelPlan, group_sources, measure_plan
-from haltwise.kernels.planned_linear import apply_plan, linear_sources
+from haltwise.kernels.native import build
+from haltwise.kernels.plan import BUCKETS, FALLBACK, INVARIANT_FALLBACKS, KernelPlan, group_sources, measure_plan
+from haltwise.kernels.planned_linear import PlannedLinear, apply_plan, linear_sources
+from haltwise.kernels.verify import VerifyReport, capture_inputs, verify_model
 
 log = logging.getLogger("haltwise.kernels")
 
 
+def native_identity() -> str:
+    """The native extension's source/flags digest, or why it is missing: part of the plan-cache key, so a
+    changed kernel is re-measured and a failed build never meets a plan that names native formats."""
+    return f"native={build.build_key()}" if build.load() is not None else f"native-missing={build.failure()}"
+
+
 def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFormat] | None = None,
-               host: HostInfo | None = None, use_cache: bool = True) -> tuple[KernelPlan, dict[str, int]]:
+               host: HostInfo | None = None, use_cache: bool = True, batch_invariant: bool = False,
+               calibration_ids: list[int] | None = None) -> tuple[KernelPlan, dict[str, int]]:
     """Measure (or read from the cache) the plan for every nn.Linear of `model`, then apply it.
 
     model_path identifies the weights for the cache (None: an in-memory model, keyed by its shapes only).
-    Returns the plan and how many linears run each format.
+    batch_invariant: one batch-invariant format per linear (the default path; kernels/plan.py).
+    calibration_ids: when given, every planned linear is verified on this text's activations
+    (kernels/verify.py) and a failing one falls back. Returns the plan and how many linears run each format.
     """
     host = host or probe()
     formats = all_formats() if formats is None else formats
     sources = list(linear_sources(model))
     if hasattr(model, "config"):  # raw GGUF blocks for the native formats (kernels/gguf_blocks.py)
         attach_gguf_blocks([s for _, _, s in sources], model_path, model.config)
+    captured = capture_inputs(model, calibration_ids) if calibration_ids else None
     groups = group_sources(s for _, _, s in sources)
     shapes = hashlib.sha256(",".join(sorted(groups)).encode()).hexdigest()[:12]
-    key = plan_cache.plan_key(host, plan_cache.model_identity(model_path), registry_version(formats), shapes)
+    key = plan_cache.plan_key(host, plan_cache.model_identity(model_path), registry_version(formats),
+                              f"{shapes}|invariant={batch_invariant}|{native_identity()}")
     plan = plan_cache.load(key) if use_cache else None
     if plan is None or set(plan.groups) != set(groups):
-        plan = measure_plan([s for _, _, s in sources], formats, host, cache_key=key)
+        plan = measure_plan([s for _, _, s in sources], formats, host, cache_key=key, batch_invariant=batch_invariant)
         if plan.noisy:
             log.warning("the host was too busy to time %d kernel-plan cells (%s ...); this plan is used "
                         "but not cached, so the next start measures again", len(plan.noisy), plan.noisy[0])
         elif use_cache:
             plan_cache.store(plan)
-    counts = apply_plan(model, plan, {f.name: f for f in formats}, sources)
+    by_name = {f.name: f for f in formats}
+    counts = apply_plan(model, plan, by_name, sources)
+    if captured is not None:
+        plan.verified = verify(model, sources, captured, by_name, batch_invariant)
+        counts = format_counts(model)
     return plan, counts
+
+
+def verify(model: nn.Module, sources, captured, formats: dict[str, LinearFormat], batch_invariant: bool) -> VerifyReport:
+    """verify_model over the applied plan; a failing linear is re-planned onto the fallback formats."""
+    by_name = {source.name: (parent, attr, source) for parent, attr, source in sources}
+    fallbacks = [n for n in (*(INVARIANT_FALLBACKS if batch_invariant else ()), FALLBACK) if n in formats]
+
+    def replan(name: str) -> str:
+        parent, attr, source = by_name[name]
+        layer = PlannedLinear(source, [fallbacks] * len(BUCKETS), formats)
+        setattr(parent, attr, layer)
+        return layer.bucket_formats[0]
+
+    weights = {name: (source.weight, source.max_rows) for name, (_, _, source) in by_name.items()}
+    report = verify_model(model, weights, captured, replan)
+    log.info("kernel plan verified: %d (linear, row bucket) cells on real activations, worst error %.2f of "
+             "its bound, %d linears fell back", report.checked, report.worst, len(report.failures))
+    return report
+
+
+def format_counts(model: nn.Module) -> dict[str, int]:
+    """How many linears run each format anywhere, e.g. {'gguf-q8-native': 121}."""
+    counts: dict[str, int] = {}
+    for module in model.modules():
+        if isinstance(module, PlannedLinear):
+            for name in set(module.bucket_formats):
+                counts[name] = counts.get(name, 0) + 1
+    return counts

@@ -14,6 +14,12 @@ A plan whose cells are still implausible after that is marked `noisy` and not ca
 `max_rows` (lm_head: only sampled rows reach it) is not timed beyond the bucket that covers them.
 Each bucket keeps its measured formats ranked fastest first; PlannedLinear takes the first it can
 prepare, and float32 always remains.
+
+The batch-invariant plan (the default path): only formats with `batch_invariant` are measured, and each
+group gets ONE format for every bucket (`GroupPlan.fixed`), the one with the best time relative to the
+fastest at each bucket, summed over the buckets. A row's result then never depends on how many rows
+share its step, which the per-bucket plan cannot promise (its winners differ by bucket, and so do their
+roundings).
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ RETIMES = 3                               # extra rounds for implausible cells
 PLAUSIBLE_SLACK = 2.0                     # tolerated breach of the two rules above (timer noise, cache effects)
 CHECK_ROWS = (1, 33)
 FALLBACK = "float32"
+INVARIANT_FALLBACKS = ("float32-native",)  # the batch-invariant plan's last resort before FALLBACK
 
 
 def bucket_index(rows: int) -> int:
@@ -48,8 +55,11 @@ class GroupPlan:
     count: int                                   # sources in the group
     excluded: dict[str, str] = field(default_factory=dict)              # format -> why
     ms: dict[str, list[float | None]] = field(default_factory=dict)     # format -> per bucket (None: not timed)
+    fixed: str | None = None                     # batch-invariant plan: the one format of every bucket
 
     def ranking(self, bucket: int) -> list[str]:
+        if self.fixed:
+            return [self.fixed, *(n for n in INVARIANT_FALLBACKS if n != self.fixed)]
         timed = [(t[bucket], name) for name, t in self.ms.items() if t[bucket] is not None]
         return [name for _, name in sorted(timed)] or [FALLBACK]
 
@@ -62,7 +72,8 @@ class KernelPlan:
     measure_s: float
     from_cache: bool = False
     noisy: list[str] = field(default_factory=list)   # "group:format:bucket" cells still implausible
-
+    batch_invariant: bool = False                    # every group runs one batch-invariant format
+    verified: object = None                          # kernels.verify.VerifyReport of this build (not cached)
     def ranking(self, group_key: str, bucket: int) -> list[str]:
         group = self.groups.get(group_key)
         return group.ranking(bucket) if group else [FALLBACK]
@@ -74,6 +85,7 @@ class KernelPlan:
     def describe(self) -> str:
         h = self.host
         how = "cached" if self.from_cache else f"measured in {self.measure_s:.1f}s"
+        how += ", batch-invariant: one format per linear" if self.batch_invariant else ", fastest per row bucket"
         lines = [f"kernel plan ({how}) for {h['cpu_model']}, {h['isa']} (torch {h['torch_version']}, "
                  f"capability {h['torch_capability']}, {h['threads']} threads)",
                  "  rows:" + "".join(f"{b:>16}" for b in BUCKETS[:-1]) + f"{str(BUCKETS[-1]) + '+':>16}"]
@@ -95,14 +107,16 @@ class KernelPlan:
 
     def to_json(self) -> dict:
         return {"host": self.host, "cache_key": self.cache_key, "measure_s": self.measure_s,
-                "buckets": list(BUCKETS), "groups": {k: asdict(g) for k, g in self.groups.items()}}
+                "buckets": list(BUCKETS), "batch_invariant": self.batch_invariant,
+                "groups": {k: asdict(g) for k, g in self.groups.items()}}
 
     @classmethod
     def from_json(cls, data: dict) -> "KernelPlan":
         if data.get("buckets") != list(BUCKETS):
             raise ValueError("plan was measured for other row buckets")
         groups = {k: GroupPlan(**g) for k, g in data["groups"].items()}
-        return cls(data["host"], data["cache_key"], groups, data["measure_s"], from_cache=True)
+        return cls(data["host"], data["cache_key"], groups, data["measure_s"], from_cache=True,
+                   batch_invariant=bool(data.get("batch_invariant")))
 
 
 def check(fmt: LinearFormat, prepared, source: LinearSource) -> str | None:
@@ -149,6 +163,8 @@ def measure_group(key: str, sources: list[LinearSource], formats: Iterable[Linea
     inputs = [torch.randn(rows, source.shape[1], generator=gen) for rows in BUCKETS[:last + 1]]
     timed: dict[str, tuple[LinearFormat, object]] = dict(live)
     for b, x in enumerate(inputs):
+        if not live:                                            # nothing can run this group here
+            break
         for name, (fmt, prepared) in live.items():              # warm-up call (first-call packing, caches)
             fmt.run(prepared, x)
         _time_cell(plan, live, b, x, samples)
@@ -205,13 +221,34 @@ def group_sources(sources: Iterable[LinearSource]) -> dict[str, list[LinearSourc
     return groups
 
 
+def fix_format(plan: GroupPlan) -> str:
+    """The format to run at every bucket: the lowest median over buckets of time / fastest time there (a
+    format no longer timed at a bucket, dropped as too slow, counts 2 x DROP_FACTOR). A median, so one
+    cell spoiled by a busy host cannot decide it."""
+    buckets = [b for b in range(len(BUCKETS)) if any(t[b] is not None for t in plan.ms.values())]
+    best = {b: min(t[b] for t in plan.ms.values() if t[b] is not None) for b in buckets}
+
+    def score(times: list[float | None]) -> float:
+        ratios = sorted(times[b] / max(best[b], 1e-9) if times[b] is not None else 2 * DROP_FACTOR for b in buckets)
+        return ratios[len(ratios) // 2] if ratios else 0.0
+
+    ranked = sorted(plan.ms, key=lambda name: score(plan.ms[name]))
+    return ranked[0] if ranked else FALLBACK
+
+
 def measure_plan(sources: list[LinearSource], formats: list[LinearFormat], host: HostInfo,
-                 cache_key: str = "", samples: int = SAMPLES) -> KernelPlan:
+                 cache_key: str = "", samples: int = SAMPLES, batch_invariant: bool = False) -> KernelPlan:
+    """batch_invariant: measure only batch-invariant formats and fix one per group (module docstring)."""
     start = time.perf_counter()
+    if batch_invariant:
+        formats = [f for f in formats if f.batch_invariant]
     groups = {key: measure_group(key, members, formats, host, samples)
               for key, members in group_sources(sources).items()}
+    if batch_invariant:
+        for g in groups.values():
+            g.fixed = fix_format(g)
     last = {k: bucket_index(max((s.max_rows or BUCKETS[-1]) for s in members))
             for k, members in group_sources(sources).items()}
     noisy = [f"{k}:{n}:{BUCKETS[b]}" for k, g in groups.items() for n, b in implausible_cells(g, last[k])]
     return KernelPlan(asdict(host) | {"flags": None}, cache_key or registry_version(formats), groups,
-                      round(time.perf_counter() - start, 2), noisy=noisy)
+                      round(time.perf_counter() - start, 2), noisy=noisy, batch_invariant=batch_invariant)

@@ -1,7 +1,8 @@
 """Kernel plans cached as JSON, keyed by everything that can change a measurement's outcome.
 
 Key: CPU model and ISA flags, torch version and CPU capability, intra-op threads, the model file's
-identity (resolved path, size, mtime) and the format registry's names and versions. Any change
+identity (resolved path, size, mtime), the format registry's names and versions, whether the plan is
+batch invariant, and the native extension's build digest (or why it failed to build). Any change
 gives a new key, so a stale plan is never read; an unreadable or mismatched file is re-measured.
 Location: $HALTWISE_CACHE_DIR/plans (default ~/.cache/haltwise/plans); HALTWISE_PLAN_CACHE=0 turns it off.
 """
@@ -17,7 +18,7 @@ from haltwise.kernels.host import HostInfo
 from haltwise.kernels.plan import KernelPlan
 
 log = logging.getLogger("haltwise.kernels")
-PLAN_VERSION = 2   # 2: implausible cells re-timed (plans measured by 1 on a busy host were wrong)
+PLAN_VERSION = 3   # 3: batch-invariant plans; the key names the native build (model_plan.native_identity)
 
 
 def model_identity(path: Path | None) -> str:

@@ -46,6 +46,10 @@ class PlannedLinear(nn.Module):
                 raise RuntimeError(f"{source.name}: no format could prepare this weight")
         self.bucket_formats = [fmt.name for fmt, _ in self._by_bucket]   # for printing and tests
 
+    def by_bucket(self, bucket: int) -> tuple[LinearFormat, Any]:
+        """(format, prepared weight) that runs steps of this row bucket."""
+        return self._by_bucket[bucket]
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (..., in) float32 -> (..., out) float32."""
         lead = x.shape[:-1]

@@ -9,13 +9,26 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
-from haltwise.kernels.formats import LinearFormat, LinearSource, Unsupported, register
+from haltwise.kernels.formats import U_BF16, LinearFormat, LinearSource, Unsupported, float32_sum_bound, register
 from haltwise.kernels.host import HostInfo
-from haltwise.kernels.quant import INT4_GROUP, int4_grid, int8_per_row
+from haltwise.kernels.quant import GRID_TOLERANCE, INT4_GROUP, int4_grid, int8_per_row
+
+# Rounding x, w and the output to bf16 moves each product and the result by at most 2^-9 of itself:
+# |error| <= 3 * 2^-9 * sum|w x| to first order; 3.01 covers the second-order terms.
+BF16_ROUNDINGS = 3.01 * U_BF16
+
+
+def int8_row_bound(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
+    """|q * scale - w| <= scale / 2 per weight (quant.int8_per_row): |error| <= scale_n / 2 * sum|x|."""
+    scales = weight.abs().amax(dim=1).clamp(min=1e-12) / 127.0                    # (out,)
+    return 0.5 * x.abs().sum(dim=1, keepdim=True) * scales[None, :]               # (rows, out)
 
 
 class Float32(LinearFormat):
     name, tolerance, exact = "float32", 1e-5, True
+
+    def error_bound(self, x, weight, abs_dot):
+        return float32_sum_bound(weight, abs_dot)
 
     def prepare(self, source: LinearSource) -> torch.Tensor:
         return source.weight.float().contiguous()                                   # (out, in)
@@ -28,6 +41,9 @@ class BF16(LinearFormat):
     """bf16 weight and activations, float32 accumulation, float32 out."""
     name, tolerance = "bf16", 0.03
 
+    def error_bound(self, x, weight, abs_dot):
+        return BF16_ROUNDINGS * abs_dot + float32_sum_bound(weight, abs_dot)
+
     def prepare(self, source: LinearSource) -> torch.Tensor:
         return source.weight.to(torch.bfloat16).contiguous()
 
@@ -38,6 +54,7 @@ class BF16(LinearFormat):
 class OneDNNBF16(LinearFormat):
     """bf16 weight reordered once into oneDNN's blocked layout (plain F.linear reorders every call)."""
     name, tolerance = "bf16-onednn", 0.03
+    error_bound = BF16.error_bound
 
     def unavailable(self, host: HostInfo) -> str | None:
         if not torch.backends.mkldnn.is_available():
@@ -59,6 +76,11 @@ class Int8WeightOnly(LinearFormat):
         self.name = "int8-wo" if act == torch.float32 else "int8-wo-bf16"
         self.tolerance = 0.05
 
+    def error_bound(self, x, weight, abs_dot):
+        quantized = int8_row_bound(x, weight)
+        rounding = BF16_ROUNDINGS * (abs_dot + quantized) if self.act == torch.bfloat16 else 0
+        return quantized + rounding + float32_sum_bound(weight, abs_dot)
+
     def prepare(self, source: LinearSource) -> tuple[torch.Tensor, torch.Tensor]:
         q, scales = int8_per_row(source.weight)
         return q, scales.to(self.act)
@@ -76,6 +98,14 @@ class Int4WeightOnly(LinearFormat):
         self.act = act
         self.name = "int4-wo" if act == torch.float32 else "int4-wo-bf16"
         self.tolerance = 1e-3 if act == torch.float32 else 0.03
+
+    def error_bound(self, x, weight, abs_dot):
+        """The grid holds each weight within GRID_TOLERANCE of its group's largest magnitude M (<= max|W_n|).
+        bf16 scale and zero (|zero| <= M + 8 scale, 15 scale <= 2M) move a weight by <= 3.2 * 2^-9 * M."""
+        row_max = weight.abs().amax(dim=1)[None, :] * x.abs().sum(dim=1, keepdim=True)     # (rows, out)
+        grid = GRID_TOLERANCE * row_max
+        rounding = BF16_ROUNDINGS * abs_dot + 3.2 * U_BF16 * row_max if self.act == torch.bfloat16 else 0
+        return grid + rounding + float32_sum_bound(weight, abs_dot)
 
     def prepare(self, source: LinearSource) -> tuple[torch.Tensor, torch.Tensor]:
         grid = int4_grid(source.weight[:8]) and int4_grid(source.weight)     # a cheap refusal first

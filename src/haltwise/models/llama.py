@@ -138,7 +138,7 @@ class LlamaModel(nn.Module):
         rope = self.rotary_emb(positions, meta)
         local = self.rotary_emb_local(positions, meta) if self.rotary_emb_local is not None else None
         if self.native_decode is not None and self.native_decode.handles(meta, h.shape[0]):
-            h = self.native_decode.run(h, rope, local, kv_caches, meta)
+            h = self.native_decode.run(h, rope, local, kv_caches, meta, positions)
         else:
             for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
                 h = layer(h, local if layer.local_rope else rope, kv_cache, meta)

@@ -1,12 +1,16 @@
-"""The native decode path: every decoder layer of a decode-only step in one C++ call.
+"""The native layer stack: every decoder layer of a step in one C++ call.
 
 `kernels/native/csrc/decode_stack.cpp` runs the layers of models/llama.py (norms, fused q/k/v, q/k head
 norms, RoPE, KV write, paged attention read in place, gated MLP, sandwich norms, sliding windows, local
 RoPE) on float32 activations, with each linear in the format the kernel plan chose for the step's row
-bucket: raw GGUF blocks (gguf-q8-native) or float32. It is used only under --dtype auto (the plan's
-dtype), for steps where every row is a decode and the bucket's formats are ones it runs; anything else
-(prefill chunks, mixed steps, a bucket planned for another format) takes the Python layers, which stay
-the reference it is tested against (tests/models/test_native_decode.py).
+bucket: raw GGUF blocks (gguf-q8-native) or a float32 weight (one fixed-order dot per output). It runs
+only under --dtype auto (the plan's dtype):
+  * every_step (the batch-invariant default): EVERY step -- prefill chunks, mixed steps, decodes -- so a
+    token's computation is one batch-invariant routine whichever step it lands in (decode_stack.cpp states
+    the invariant). It needs each linear in one format at every bucket, and lm_head batch invariant too.
+  * otherwise: decode-only steps of up to 64 rows whose bucket's formats it runs; the rest take the
+    Python layers.
+The Python layers stay the float32 reference it is tested against (tests/models/test_native_decode.py).
 """
 from __future__ import annotations
 
@@ -19,19 +23,22 @@ from haltwise.kernels.plan import BUCKETS, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
 
 log = logging.getLogger("haltwise.models")
-NATIVE, DENSE = "gguf-q8-native", "float32"
+NATIVE, DENSE = "gguf-q8-native", ("float32", "float32-native")   # formats the stack runs
 ACTIVATIONS = {"silu": 0, "gelu_pytorch_tanh": 1}
 
 
 class NativeDecode:
-    def __init__(self, stack, bucket_ok: list[bool]) -> None:
+    def __init__(self, stack, bucket_ok: list[bool], every_step: bool = False) -> None:
         self.stack = stack
         self.bucket_ok = bucket_ok          # per plan bucket: every linear runs a format the stack runs
+        self.every_step = every_step        # runs every step (module docstring)
 
     @classmethod
-    def build(cls, model: nn.Module, isa: str = "auto") -> tuple["NativeDecode | None", str]:
+    def build(cls, model: nn.Module, isa: str = "auto", every_step: bool = False,
+              head: nn.Module | None = None) -> tuple["NativeDecode | None", str]:
         """(path, "") for a planned LlamaModel, or (None, why not). isa: "auto" (the widest this CPU
-        runs) or one of the extension's isas(), for tests."""
+        runs) or one of the extension's isas(), for tests. every_step: run every step when the plan
+        allows it (one format per linear, `head` -- the lm_head -- batch invariant); else decode-only steps."""
         from haltwise.kernels.native import build
 
         module = build.load()
@@ -50,8 +57,9 @@ class NativeDecode:
             return None, "the linears are not planned (only --dtype auto plans them)"
         if any(p.dtype != torch.float32 for p in model.parameters()):
             return None, "the weights are not float32"
-        bucket_ok = [all(l.bucket_formats[b] in (NATIVE, DENSE) for group in linears for l in group)
+        bucket_ok = [all(l.bucket_formats[b] in (NATIVE, *DENSE) for group in linears for l in group)
                      for b in range(len(BUCKETS))]
+        every_step = every_step and all(bucket_ok) and _one_format(linears) and _invariant_head(head)
         if not any(bucket_ok):
             return None, "no row bucket's linears all run natively or in float32"
         stack = module.DecodeStack(attn.num_heads, attn.num_kv_heads, attn.head_dim, model.norm.weight.shape[0],
@@ -66,27 +74,49 @@ class NativeDecode:
             stack.add_layer([n.weight for n in norms], qk, a.window or 0, layer.local_rope, a.scale)
             for slot, linear in enumerate(group):
                 _set_linear(stack, slot, linear)
-        return cls(stack, bucket_ok), ""
+        return cls(stack, bucket_ok, every_step), ""
 
     def buckets(self) -> list[int]:
         return [rows for rows, ok in zip(BUCKETS, self.bucket_ok) if ok]
 
+    def describe(self) -> str:
+        if self.every_step:
+            return "every step (batch invariant: a row's tokens never depend on its batch)"
+        return f"decode-only steps of row buckets {self.buckets()}"
+
     def handles(self, meta, rows: int) -> bool:
+        if self.every_step:
+            return True
         return meta.only_decodes and rows <= BUCKETS[-2] and self.bucket_ok[bucket_index(rows)]
 
-    def run(self, h: torch.Tensor, rope, local, kv_caches, meta) -> torch.Tensor:
-        """h (T, hidden) after the embedding -> after the last layer (before the final norm)."""
+    def run(self, h: torch.Tensor, rope, local, kv_caches, meta, positions: torch.Tensor) -> torch.Tensor:
+        """h (T, hidden) after the embedding -> after the last layer (before the final norm).
+
+        Each row is one token: its own block table (its sequence's) and context length (position + 1).
+        """
         T = h.shape[0]
         cos, sin = (t.reshape(T, -1).contiguous() for t in rope)
         cos_l, sin_l = (t.reshape(T, -1).contiguous() for t in local) if local is not None else (cos, sin)
+        tables = meta.block_tables
+        if not meta.only_decodes:                       # a prefill chunk's rows share their sequence's table
+            tables = tables.repeat_interleave(torch.tensor(meta.query_lens), dim=0)       # (T, nb)
         return self.stack.forward(h.contiguous(), bucket_index(T), cos, sin, cos_l, sin_l,
                                   [k for k, _ in kv_caches], [v for _, v in kv_caches], meta.slot_mapping,
-                                  meta.block_tables, torch.tensor(meta.seq_lens, dtype=torch.long))
+                                  tables.contiguous(), (positions + 1).to(torch.long).contiguous())
+
+
+def _one_format(linears) -> bool:
+    return all(len(set(l.bucket_formats)) == 1 for group in linears for l in group)
+
+
+def _invariant_head(head: nn.Module | None) -> bool:
+    """lm_head runs batch-invariant formats at every bucket (it runs outside the stack)."""
+    return isinstance(head, PlannedLinear) and all(head.by_bucket(b)[0].batch_invariant for b in range(len(BUCKETS)))
 
 
 def _set_linear(stack, slot: int, linear: PlannedLinear) -> None:
     native = next((p for f, p in linear._by_bucket if f.name == NATIVE), None)
-    dense = next((p for f, p in linear._by_bucket if f.name == DENSE), None)
+    dense = next((p for f, p in linear._by_bucket if f.name in DENSE), None)
     empty = torch.empty(0)
     stack.set_linear(slot, native.weights if native else [], native.qtypes if native else [],
                      native.rows if native else [], dense if dense is not None else empty,

@@ -33,6 +33,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
+    p.add_argument("--nondeterministic-kernels", action="store_true",
+                   help="opt in to the fastest kernel format per row bucket (dtype auto): a request's tokens may "
+                        "then depend on the other requests in its steps, its chunking and prefix-cache hits. "
+                        "Default: one batch-invariant format per linear and every step through the native stack")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
@@ -62,6 +66,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
+        batch_invariant=not args.nondeterministic_kernels,
         num_threads=args.threads)
 
 

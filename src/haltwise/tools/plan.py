@@ -11,6 +11,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--remeasure", action="store_true", help="ignore the cached plan and measure again")
     p.add_argument("--json", action="store_true", help="print the plan as JSON")
+    p.add_argument("--nondeterministic-kernels", action="store_true",
+                   help="the opt-in plan: the fastest format per row bucket (default: the batch-invariant plan "
+                        "`haltwise serve` uses, one format per linear)")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -27,7 +30,8 @@ def run(args: argparse.Namespace) -> int:
     except ModelLoadError as e:
         print(f"haltwise plan: {e}", file=sys.stderr)
         return 2
-    plan, counts = plan_model(loaded.model, loaded.path, use_cache=not args.remeasure)
+    plan, counts = plan_model(loaded.model, loaded.path, use_cache=not args.remeasure,
+                              batch_invariant=not args.nondeterministic_kernels)
     if args.remeasure:
         plan_cache.store(plan)
     if args.json:

@@ -1,14 +1,25 @@
-// DecodeStack: every decoder layer of one decode-only step in a single call. Rows are sequences (one new
-// token each); h (T, hidden) is updated in place layer by layer:
+// DecodeStack: every decoder layer of one step in a single call. Rows are tokens, each with its own
+// position, slot, block table and context length (a decode row is its sequence's next token; prefill rows
+// are consecutive positions of one sequence); h (T, hidden) is updated in place layer by layer:
 //
-//     x = norm(h); qkv = x W_qkv (+ b); [q/k head norms]; rope(q, k); cache[slot] = k, v
-//     a = attention(q, cache in place); o = a W_o; [o = norm(o)]; h += o
+//     x = norm(h); qkv = x W_qkv (+ b); [q/k head norms]; rope(q, k); cache[slot] = k, v   (every row)
+//     a = attention(q, cache in place over [start, len) of the row's sequence)             (every row)
+//     o = a W_o; [o = norm(o)]; h += o
 //     x = norm(h); g, u = x W_gate_up; m = act(g) * u; d = m W_down; [d = norm(d)]; h += d
 //
-// A linear runs on its raw GGUF blocks (q8 activations, run_linear) or on a float32 weight (at::mm), per
+// Every row's K/V is written before any row attends, so a prefill row sees the rows before it in its
+// chunk exactly as a later decode would see them.
+//
+// Batch invariance (the default path's determinism rests on it): everything a row gets is computed from
+// that row alone, in a fixed order: norms, RoPE, q8 activation quantization, each output of a linear (one
+// dot product per output element), the row's attention over its own context, the activation. Threads split
+// output elements or (row, kv head) tasks, never a reduction. So a row's bits never depend on the other
+// rows, their number, the chunk it came in, or the thread count.
+//
+// A linear runs on its raw GGUF blocks (q8 activations, run_linear) or on a float32 weight (run_dense), per
 // row bucket as the kernel plan chose; the norms, RoPE, KV writes, attention and activation are the
 // float32 kernels of decode_math.inc for the CPU's ISA. Threads: at::parallel_for (torch's pool) over
-// weight rows and over (sequence, kv head) pairs of the attention.
+// weight rows and over (row, kv head) pairs of the attention.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -87,7 +98,7 @@ class DecodeStack {
   // h (T, hidden) float32, updated in place and returned. cos/sin (T, D) for global layers and
   // cos_local/sin_local for local-rope layers (may be undefined when no layer uses them); caches
   // (num_blocks, block_size, KVH, D) float32 per layer; slots (T,), block_tables (T, nb), seq_lens (T,)
-  // int64 (the context length including this step's token).
+  // int64 (a row's context length: its position + 1).
   torch::Tensor forward(torch::Tensor h, int64_t bucket, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& cos_local, const torch::Tensor& sin_local,
                         const std::vector<torch::Tensor>& k_caches, const std::vector<torch::Tensor>& v_caches,
@@ -185,7 +196,7 @@ class DecodeStack {
     if (l.native_bucket[bucket]) {
       run_linear(l.native, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
     } else {
-      at::mm_out(y, x, l.dense.t());
+      run_dense(l.dense.data_ptr<float>(), l.N, l.K, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
     }
     if (l.bias.defined()) y.add_(l.bias);
   }

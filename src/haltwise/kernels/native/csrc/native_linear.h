@@ -33,6 +33,10 @@ NativeLinear make_linear(const std::vector<torch::Tensor>& weights, const std::v
 // y (M, N) = x (M, K) @ W.T with x quantized to q8 per 32 inputs; threads over output rows.
 void run_linear(const NativeLinear& linear, const KernelTable& table, const float* x, int64_t M, float* y);
 
+// y (M, N) = x (M, K) @ W.T for a dense float32 W (N, K); threads over output rows, one fixed-order dot
+// product per output element (batch invariant: MathKernels::dense_rows).
+void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y);
+
 void register_decode_stack(pybind11::module_& m);
 
 }  // namespace haltwise_native

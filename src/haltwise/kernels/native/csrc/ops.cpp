@@ -129,6 +129,23 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
   });
 }
 
+void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y) {
+  if (M == 0 || N == 0) return;
+  at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) { table.math.dense_rows(w, x, M, K, y, N, b, e); });
+}
+
+// x (M, K) float32, w (N, K) float32 -> (M, N) = x @ w.T, batch invariant (run_dense).
+torch::Tensor dense(const torch::Tensor& x, const torch::Tensor& w, const std::string& isa) {
+  TORCH_CHECK(x.dim() == 2 && x.scalar_type() == torch::kFloat32, "haltwise native: x must be (M, K) float32");
+  TORCH_CHECK(w.dim() == 2 && w.scalar_type() == torch::kFloat32 && w.is_contiguous() && w.size(1) == x.size(1),
+              "haltwise native: w must be contiguous (N, K) float32 with K = x's");
+  const torch::Tensor xc = x.contiguous();
+  torch::Tensor y = torch::empty({xc.size(0), w.size(0)}, x.options());
+  run_dense(w.data_ptr<float>(), w.size(0), w.size(1), table_for(isa), xc.data_ptr<float>(), xc.size(0),
+            y.data_ptr<float>());
+  return y;
+}
+
 // Row-stacked shards (e.g. q, k, v) of one fused weight: weights[i] is (N_i, row_bytes_i) uint8 of
 // qtypes[i] holding rows[i] output rows (a row-interleaved shard is (ceil(N_i / 8), group bytes));
 // x (M, K) float32 -> (M, sum N_i) float32. Output columns follow shard order.
@@ -157,6 +174,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.doc() = "haltwise native GGUF-block linear kernels";
   m.def("gemm", &haltwise_native::gemm, "y = x @ W.T on raw GGUF blocks (q8 activations)",
         pybind11::arg("weights"), pybind11::arg("qtypes"), pybind11::arg("rows"), pybind11::arg("x"), pybind11::arg("isa") = "auto");
+  m.def("dense", &haltwise_native::dense, "y = x @ W.T in float32, one fixed-order dot per output (batch invariant)",
+        pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
   haltwise_native::register_decode_stack(m);

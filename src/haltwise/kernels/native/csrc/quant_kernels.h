@@ -50,6 +50,9 @@ struct MathKernels {
                  const int64_t* blocks, int64_t block_size, int64_t kv_heads, int64_t kvh, int64_t D,
                  int64_t start, int64_t len, float scale, float* out, int64_t ldo, float* scratch);
   void (*gated_rows)(const float* gu, int64_t rows, int64_t I, int act, float* y);
+  // y[m * ldy + n] = W[n, :] . x[m, :] in float32 for rows n in [n0, n1) of the (N, K) weight, every m.
+  void (*dense_rows)(const float* w, const float* x, int64_t M, int64_t K, float* y, int64_t ldy, int64_t n0,
+                     int64_t n1);
 };
 
 // The kernels of one ISA; a null entry means "not implemented for this ISA: use the scalar one".

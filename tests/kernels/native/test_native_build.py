@@ -1,0 +1,34 @@
+"""The native extension builds wherever a C++ compiler exists, and runs the ISA path the CPU reports.
+
+No silent skips: on a machine with a compiler, a failed build fails here (and `make test`), instead of
+every native test skipping and the plan quietly falling back to torch's formats.
+"""
+import shutil
+
+import pytest
+
+from haltwise.kernels.host import probe
+from haltwise.kernels.native import build
+
+
+def test_the_extension_builds_where_a_compiler_exists():
+    if not (shutil.which("c++") or shutil.which("g++")):
+        pytest.skip("no C++ compiler on this machine: the plan falls back to torch's formats, and says so")
+    assert build.load() is not None, build.failure()
+
+
+def test_the_isa_path_in_use_matches_proc_cpuinfo():
+    module = build.load()
+    assert module is not None, build.failure()
+    host = probe()
+    expected = "avx2" if host.machine == "x86_64" and host.has("avx2", "fma", "f16c") else "scalar"
+    assert module.best_isa() == expected
+    assert module.isas() == (["scalar", "avx2"] if expected == "avx2" else ["scalar"])
+
+
+def test_setup_fails_when_the_build_fails_with_a_compiler_present(monkeypatch):
+    monkeypatch.setattr(build, "_state", {"failure": "native kernels failed to build (a test)"})
+    monkeypatch.setattr(build.shutil, "which", lambda name: "/usr/bin/" + name)
+    assert build.main() == 1
+    monkeypatch.setattr(build.shutil, "which", lambda name: None)
+    assert build.main() == 0

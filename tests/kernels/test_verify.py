@@ -1,0 +1,74 @@
+"""The plan is verified where it runs: every linear, every row bucket, real activations, per-format bounds.
+
+A format whose numbers leave its own error bound, or that claims batch invariance and breaks it, is
+caught at engine build and the linear falls back to float32-native -- before any request runs.
+"""
+import copy
+
+import torch
+import torch.nn.functional as F
+
+from haltwise.config import EngineConfig
+from haltwise.engine.factory import build_engine
+from haltwise.kernels import model_plan
+from haltwise.kernels.formats import LinearFormat, LinearSource, float32_sum_bound, get
+from haltwise.kernels.planned_linear import PlannedLinear
+from haltwise.kernels.plan import BUCKETS
+from haltwise.kernels.verify import verify_linear
+from tests.kernels.broken_formats import WrongNumbers
+
+
+class RowCountLeaks(LinearFormat):
+    """Within float32 rounding of the truth, but a row's bits depend on how many rows share the call."""
+    name, tolerance, batch_invariant = "test-row-count-leaks", 1e-5, True
+
+    def prepare(self, source):
+        return source.weight.float()
+
+    def run(self, prepared, x):
+        return F.linear(x, prepared) * (1 + 2.0 ** -23 * (x.shape[0] % 3))
+
+    def error_bound(self, x, weight, abs_dot):
+        return 4 * float32_sum_bound(weight, abs_dot)
+
+
+def _layer(fmt, weight):
+    return PlannedLinear(LinearSource("w", weight), [[fmt.name]] * len(BUCKETS), {fmt.name: fmt, "float32": get("float32")})
+
+
+def _activations():
+    x = torch.randn(40, 64, generator=torch.Generator().manual_seed(0))
+    x[:, 7] *= 50                                           # an outlier channel
+    return x
+
+
+def test_a_correct_invariant_format_passes_every_bucket():
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(1))
+    worst, why = verify_linear(_layer(get("float32-native"), w), w, _activations())
+    assert why is None and worst <= 1.0
+
+
+def test_numbers_outside_the_bound_fail():
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(1))
+    fmt = WrongNumbers()
+    fmt.error_bound = get("float32").error_bound            # it claims float32 accuracy: 10% off is caught
+    worst, why = verify_linear(_layer(fmt, w), w, _activations())
+    assert why is not None and "bound" in why and worst > 1.0
+
+
+def test_broken_batch_invariance_fails():
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(1))
+    _, why = verify_linear(_layer(RowCountLeaks(), w), w, _activations())
+    assert why is not None and "not batch invariant" in why
+
+
+def test_a_linear_failing_verification_falls_back_at_engine_build(monkeypatch):
+    monkeypatch.setattr(model_plan, "all_formats", lambda: [RowCountLeaks(), get("float32-native"), get("float32")])
+    monkeypatch.setattr(RowCountLeaks, "tolerance", 1.0)    # the measuring check lets it through; verification must not
+    engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20), tiny=True)
+    report = engine.kernel_plan.verified
+    layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
+    assert report is not None and report.checked > 0
+    leaking = [m for m in layers if RowCountLeaks.name in m.bucket_formats]
+    assert not leaking and set(report.failures) and all("not batch invariant" in why for why in report.failures.values())
+    assert all(set(m.bucket_formats) == {"float32-native"} for m in layers if m.name in report.failures)
