@@ -72,3 +72,18 @@ def test_cache_off(monkeypatch):
     plan, _ = plan_model(tiny_llama(300), None, [get("float32")])
     assert plan_cache.cache_dir() is None and plan_cache.store(plan) is None
     assert not plan_model(tiny_llama(300), None, [get("float32")])[0].from_cache
+
+
+def test_a_failed_or_changed_native_build_never_meets_a_cached_native_plan(monkeypatch):
+    from haltwise.kernels.native import build
+
+    formats = [get("float32-native"), get("float32")]
+    first, _ = plan_model(tiny_llama(300), None, formats, batch_invariant=True)
+    assert plan_model(tiny_llama(300), None, formats, batch_invariant=True)[0].from_cache
+    monkeypatch.setattr(build, "build_key", lambda: "a-changed-kernel-source")
+    changed, _ = plan_model(tiny_llama(300), None, formats, batch_invariant=True)
+    assert not changed.from_cache and changed.cache_key != first.cache_key
+    monkeypatch.setattr(build, "_state", {"failure": "native kernels failed to build (simulated)"})
+    failed, counts = plan_model(tiny_llama(300), None, formats, batch_invariant=True)
+    assert not failed.from_cache and failed.cache_key not in (first.cache_key, changed.cache_key)
+    assert "float32-native" not in counts and set(counts) == {"float32"}
