@@ -177,3 +177,17 @@ def test_user_text_never_becomes_control_tokens(tiny_server) -> None:
     assert [i for i in ids if i in (1, 2)] == [i for i in clean if i in (1, 2)]
     count = claude(url).messages.count_tokens(model="tiny", messages=[{"role": "user", "content": ATTACK}])
     assert count.input_tokens == len(ids)
+
+
+def test_one_json_log_line_with_the_record(tiny_server, caplog) -> None:
+    import json
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="haltwise.requests"):
+        msg = claude(tiny_server.url).messages.create(model="tiny", max_tokens=3, messages=ASK, extra_body=SEEDED)
+        resp = oai(tiny_server.url).responses.create(model="tiny", input="x", max_output_tokens=3, extra_body=SEEDED)
+    lines = {(d := json.loads(r.getMessage()))["request_id"]: d for r in caplog.records if r.name == "haltwise.requests"}
+    for rid, record in ((msg.id, msg.model_extra["termination"]), (resp.id, resp.model_extra["termination"])):
+        (choice,) = lines[rid]["choices"]
+        assert {k: choice[k] for k in record} == record and choice["finish_reason"] == "length"
+        assert "Hello" not in json.dumps(lines[rid])     # no user text without --log-content

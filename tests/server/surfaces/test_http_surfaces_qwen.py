@@ -16,7 +16,7 @@ import pytest
 from tests.models.real_models import real_model_path
 from tests.server.browser_helpers import serve
 
-pytestmark = pytest.mark.slow   # the first start measures the kernel plan (minutes on a fresh 2-core host)
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]  # the first start measures the kernel plan (minutes on a fresh 2-core host)
 
 GREEDY = {"temperature": 0.0}
 SKY = [{"role": "user", "content": "What color is the sky on a clear day? One word."}]
