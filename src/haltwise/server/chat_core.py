@@ -131,9 +131,9 @@ class ChatCall:
         async for _, out in self.run.updates():
             o = out.outputs[0]
             result = result_of(out) if out.finished else None
-            if o.delta_text or result is not None:
-                yield ChatDelta(text=o.delta_text, tool_calls=list(getattr(o, "delta_tool_calls", None) or []),
-                                result=result)
+            calls = list(getattr(o, "delta_tool_calls", None) or [])
+            if o.delta_text or calls or result is not None:
+                yield ChatDelta(text=o.delta_text, tool_calls=calls, result=result)
 
     async def close(self) -> None:
         await self.run.close()

@@ -100,7 +100,7 @@ def test_event_sequence_text_then_tool_use_blocks() -> None:
               ChatDelta(tool_calls=[{"index": 0, "function": {"arguments": '"Paris"}'}}], result=final)]
     events = ev.start() + [e for d in deltas for e in ev.delta(d)]
     names = [n for n, _ in events]
-    assert names == ["message_start", "content_block_start", "ping", "content_block_delta", "content_block_delta",
+    assert names == ["message_start", "ping", "content_block_start", "content_block_delta", "content_block_delta",
                      "content_block_stop", "content_block_start", "content_block_delta", "content_block_delta",
                      "content_block_stop", "message_delta", "message_stop"]
     assert [e["index"] for n, e in events if n.startswith("content_block_")] == [0, 0, 0, 0, 1, 1, 1, 1]
@@ -115,3 +115,38 @@ def test_event_sequence_text_then_tool_use_blocks() -> None:
 def test_check_tools_keeps_a_turn_without_tools() -> None:
     turn = ChatTurn([{"role": "user", "content": "x"}], SamplingParams())
     assert check_tools(turn) is turn
+
+
+def _replay(events: list) -> list[dict]:
+    """The content blocks a client assembles from the events (as the SDK's stream accumulator does)."""
+    blocks: list[dict] = []
+    for name, e in events:
+        if name == "content_block_start":
+            assert e["index"] == len(blocks)
+            blocks.append({**e["content_block"], **({"partial": ""} if e["content_block"]["type"] == "tool_use" else {})})
+        elif name == "content_block_delta":
+            block = blocks[e["index"]]
+            if e["delta"]["type"] == "text_delta":
+                block["text"] += e["delta"]["text"]
+            else:
+                block["partial"] += e["delta"]["partial_json"]
+    for b in blocks:
+        if b["type"] == "tool_use":
+            b["input"] = json.loads(b.pop("partial") or "{}")
+    return blocks
+
+
+@pytest.mark.parametrize("res", [result("Hi there", Reason.EOS), result("", Reason.MAX_TOKENS),
+                                 result("", Reason.EOS, tool_calls=[CALL]), result("Sure.", Reason.EOS, tool_calls=[CALL])])
+def test_streamed_blocks_equal_the_body(res: ChatResult) -> None:
+    tok = tiny_tokenizer()
+    ev = MessageEvents("msg_1", "m", 7, tok)
+    deltas = [ChatDelta(text=res.text[:2]), ChatDelta(text=res.text[2:])]
+    if res.tool_calls:
+        deltas += [ChatDelta(tool_calls=[{"index": 0, "id": "call_1", "function": {"name": "get_weather"}}]),
+                   ChatDelta(tool_calls=[{"index": 0, "function": {"arguments": CALL["function"]["arguments"]}}])]
+    events = ev.start() + [e for d in deltas + [ChatDelta(result=res)] for e in ev.delta(d)]
+    starts = [e["index"] for n, e in events if n == "content_block_start"]
+    stops = [e["index"] for n, e in events if n == "content_block_stop"]
+    assert starts == stops == list(range(len(starts)))
+    assert _replay(events) == message_body("msg_1", "m", res, tok)["content"]

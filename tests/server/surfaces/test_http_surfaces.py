@@ -69,7 +69,7 @@ def test_messages_raw_event_sequence(tiny_server) -> None:
         assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
         events = sse_events(r)
     kinds = [e["type"] for e in events]
-    assert kinds[:3] == ["message_start", "content_block_start", "ping"]
+    assert kinds[:3] == ["message_start", "ping", "content_block_start"]
     assert kinds[-3:] == ["content_block_stop", "message_delta", "message_stop"]
     assert set(kinds[3:-3]) <= {"content_block_delta"}
     delta = events[-2]

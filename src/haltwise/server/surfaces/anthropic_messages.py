@@ -1,11 +1,12 @@
 """POST /v1/messages and /v1/messages/count_tokens: Anthropic Messages over the chat core.
 
 This module only translates: the request into a ChatTurn (anthropic_protocol.py), the ChatResult into a
-message, ChatDeltas into Anthropic's event sequence. Stream order (one text block first, then one
-tool_use block per call; every started block is stopped before the next starts):
+message, ChatDeltas into Anthropic's event sequence. Content blocks, streamed or not, are the same: a
+text block (when there is text, or nothing else), then one tool_use block per call. Stream order
+(every started block is stopped before the next starts):
 
-    message_start, content_block_start(0, text), ping, content_block_delta(text_delta)...,
-    content_block_stop(0), [content_block_start(i, tool_use), content_block_delta(input_json_delta)...,
+    message_start, ping, [content_block_start(0, text), content_block_delta(text_delta)...,
+    content_block_stop(0)], [content_block_start(i, tool_use), content_block_delta(input_json_delta)...,
     content_block_stop(i)]..., message_delta{stop_reason, stop_sequence, usage, termination}, message_stop
 
 An error after the stream began is an `error` event (Anthropic's shape), then the stream ends.
@@ -63,50 +64,57 @@ class MessageEvents:
 
     def __init__(self, rid: str, model: str, prompt_tokens: int, tokenizer: Any):
         self.rid, self.model, self.prompt_tokens, self.tokenizer = rid, model, prompt_tokens, tokenizer
-        self.block = 0                      # index of the open block
+        self.blocks = 0                     # blocks started so far; the open one is blocks - 1
+        self.text_open = False
         self.calls: dict[int, int] = {}     # OpenAI tool-call index -> block index
 
     def start(self) -> list[tuple[str, dict[str, Any]]]:
         message = {"id": self.rid, "type": "message", "role": "assistant", "model": self.model, "content": [],
                    "stop_reason": None, "stop_sequence": None,
                    "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0}}
-        return [("message_start", {"type": "message_start", "message": message}),
-                ("content_block_start", {"type": "content_block_start", "index": 0,
-                                         "content_block": {"type": "text", "text": ""}}),
-                ("ping", {"type": "ping"})]
+        return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
+
+    def _start_block(self, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self.blocks += 1
+        return ("content_block_start", {"type": "content_block_start", "index": self.blocks - 1,
+                                        "content_block": block})
+
+    def _stop_block(self) -> tuple[str, dict[str, Any]]:
+        return ("content_block_stop", {"type": "content_block_stop", "index": self.blocks - 1})
 
     def delta(self, d: ChatDelta) -> list[tuple[str, dict[str, Any]]]:
         events: list[tuple[str, dict[str, Any]]] = []
         if d.text and not self.calls:
+            if not self.text_open:
+                self.text_open = True
+                events.append(self._start_block({"type": "text", "text": ""}))
             events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
                                                    "delta": {"type": "text_delta", "text": d.text}}))
         for call in d.tool_calls:
             if call["index"] not in self.calls:
-                events.append(self._stop_block())
-                self.block += 1
-                self.calls[call["index"]] = self.block
-                events.append(("content_block_start", {
-                    "type": "content_block_start", "index": self.block,
-                    "content_block": {"type": "tool_use", "id": call.get("id"),
-                                      "name": call.get("function", {}).get("name"), "input": {}}}))
+                if self.blocks:
+                    events.append(self._stop_block())
+                events.append(self._start_block({"type": "tool_use", "id": call.get("id"),
+                                                 "name": call.get("function", {}).get("name"), "input": {}}))
+                self.calls[call["index"]] = self.blocks - 1
             args = call.get("function", {}).get("arguments")
             if args:
                 events.append(("content_block_delta", {"type": "content_block_delta",
                                                        "index": self.calls[call["index"]],
                                                        "delta": {"type": "input_json_delta", "partial_json": args}}))
-        if d.result is not None:
-            stop = _stop_fields(d.result, self.tokenizer)
-            events += [self._stop_block(),
-                       ("message_delta", {"type": "message_delta",
-                                          "delta": {"stop_reason": stop["stop_reason"],
-                                                    "stop_sequence": stop["stop_sequence"]},
-                                          "usage": {"output_tokens": d.result.completion_tokens},
-                                          "termination": stop["termination"]}),
-                       ("message_stop", {"type": "message_stop"})]
-        return events
-
-    def _stop_block(self) -> tuple[str, dict[str, Any]]:
-        return ("content_block_stop", {"type": "content_block_stop", "index": self.block})
+        if d.result is None:
+            return events
+        if not self.blocks and not d.result.tool_calls:   # no text at all: one empty text block, as in the body
+            events.append(self._start_block({"type": "text", "text": ""}))
+        if self.blocks:
+            events.append(self._stop_block())
+        stop = _stop_fields(d.result, self.tokenizer)
+        return events + [("message_delta", {"type": "message_delta",
+                                            "delta": {"stop_reason": stop["stop_reason"],
+                                                      "stop_sequence": stop["stop_sequence"]},
+                                            "usage": {"output_tokens": d.result.completion_tokens},
+                                            "termination": stop["termination"]}),
+                         ("message_stop", {"type": "message_stop"})]
 
 
 def _sse(event: str, data: dict[str, Any]) -> str:
