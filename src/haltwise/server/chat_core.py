@@ -83,7 +83,10 @@ def begin(request: Request, model: str | None) -> ServerState:
 
 def check_tools(turn: ChatTurn, param: str = "tools") -> ChatTurn:
     """The turn the engine can run. tool_choice none drops the tools (no call can be made); any other
-    use of tools is a 400 until the tool-calling machinery (toolcalls/) is wired in here."""
+    use of tools is a 400 until the tool-calling machinery (toolcalls/, issue 23) is wired in here:
+    its (tools, tool_choice) -> engine params / grammar function replaces the raise, and its parser's
+    calls arrive as CompletionOutput.tool_calls / delta_tool_calls (OpenAI shapes), read by result_of
+    and ChatCall.deltas."""
     if not turn.tools:
         return turn
     if turn.tool_choice == "none":
@@ -109,7 +112,8 @@ class ChatCall:
         if turn.params.n != 1:
             raise ParamError("n", "this surface generates one answer per request")
         self.st, self.rid, self.turn = st, rid, check_tools(turn)
-        self.prompt_text, self.prompt_ids = chat_prompt(request, self.turn.messages)
+        extra = {"tools": self.turn.tools} if self.turn.tools else {}   # the template renders the tools
+        self.prompt_text, self.prompt_ids = chat_prompt(request, self.turn.messages, **extra)
         recorder = RequestRecorder(st.metrics, rid, st.log_content, self.prompt_text)
         self.run = EngineRun(st.engine, request, rid, [self.prompt_ids], self.turn.params, [recorder])
         self.headers: dict[str, str] = {}
