@@ -150,3 +150,14 @@ def test_streamed_blocks_equal_the_body(res: ChatResult) -> None:
     stops = [e["index"] for n, e in events if n == "content_block_stop"]
     assert starts == stops == list(range(len(starts)))
     assert _replay(events) == message_body("msg_1", "m", res, tok)["content"]
+
+
+def test_tool_call_arguments_reach_the_template_as_objects() -> None:
+    from haltwise.server.chat_prompt import for_template
+
+    msgs = request(messages=[{"role": "user", "content": "x"}, {"role": "assistant", "content": [
+        {"type": "tool_use", "id": "call_1", "name": "get_weather", "input": {"city": "Paris"}}]}]).to_turn().messages
+    assert msgs[1]["tool_calls"][0]["function"]["arguments"] == '{"city": "Paris"}'   # OpenAI shape: a string
+    assert for_template(msgs)[1]["tool_calls"][0]["function"]["arguments"] == {"city": "Paris"}
+    odd = [{"role": "assistant", "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "not json"}}]}]
+    assert for_template(odd) == odd and for_template(msgs[:1]) == msgs[:1]
