@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 from haltwise.errors import HaltwiseError, ModelNotFound, Overloaded
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.server.chat_prompt import chat_prompt
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                       TokenizeRequest)
@@ -37,6 +38,7 @@ class ServerState:
     metrics: ServerMetrics
     log_content: bool = False
     draining: bool = False      # set on SIGTERM: new generation requests get 503
+    allow_special_tokens_in_content: bool = False  # user/tool text may spell control tokens (old rule)
 
 
 def _state(request: Request) -> ServerState:
@@ -176,11 +178,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI chat completions; the messages go through the model's chat template."""
     st, params, tok = _begin(request, body)
-    try:
-        text = tok.apply_chat_template(body.template_messages(), add_generation_prompt=True)
-    except ValueError as exc:
-        raise ParamError("messages", str(exc)) from exc
-    prompt = tok.encode(text, add_special_tokens=False)
+    text, prompt = chat_prompt(request, body.template_messages())
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
     chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage)
     return await _generate(request, st, rid, [prompt], [text], params, body.stream,
@@ -210,12 +208,10 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     if (body.prompt is None) == (body.messages is None):
         raise ParamError("prompt", "give exactly one of 'prompt' or 'messages'")
     if body.messages is not None:
-        try:
-            text = tok.apply_chat_template([{"role": m.role, "content": m.text()} for m in body.messages],
-                                           add_generation_prompt=body.add_generation_prompt)
-        except ValueError as exc:
-            raise ParamError("messages", str(exc)) from exc
-        ids = tok.encode(text, add_special_tokens=bool(body.add_special_tokens))
+        _, ids = chat_prompt(request, [{"role": m.role, "content": m.text()} for m in body.messages],
+                             add_generation_prompt=body.add_generation_prompt)
+        if body.add_special_tokens:  # the tokenizer's own BOS/EOS around the chat, as encode() adds them
+            ids = tok.encode("", add_special_tokens=True)[:1 if tok.bos_token_id is not None else 0] + ids
     else:
         ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)
     return {"count": len(ids), "max_model_len": st.engine.max_model_len, "tokens": ids}

@@ -2,7 +2,7 @@
 
 Guards, outermost first:
   ApiKey     -- with an api key, /v1/* and /tokenize, /detokenize need `Authorization: Bearer KEY`
-                (compared in constant time), else 401. /health, /ready, /metrics, /docs and
+                or (as Anthropic's clients send it) `x-api-key: KEY`, compared in constant time, else 401. /health, /ready, /metrics, /docs and
                 /openapi.json stay unauthenticated on purpose: probes and scrapers carry no secrets.
   BodyLimit  -- reads the whole body (at most max_body_bytes) before any parsing; more is a 413.
 """
@@ -20,6 +20,8 @@ from haltwise.server.api import ServerState, router
 from haltwise.server.errors import error_body, install_error_handlers
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.page import install_page
+from haltwise.server.surfaces import SURFACES
+from haltwise.server.surfaces.anthropic_errors import AnthropicErrors
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
@@ -76,11 +78,14 @@ class ApiKey:
 
     def __init__(self, app: ASGIApp, api_key: str, metrics: ServerMetrics):
         self.app, self.key, self.metrics = app, f"Bearer {api_key}".encode(), metrics
+        self.raw_key = api_key.encode()
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http" and scope["path"].startswith(PROTECTED_PREFIXES):
-            given = dict(scope["headers"]).get(b"authorization", b"")
-            if not hmac.compare_digest(given, self.key):
+            headers = dict(scope["headers"])
+            bearer_ok = hmac.compare_digest(headers.get(b"authorization", b""), self.key)
+            x_api_key_ok = hmac.compare_digest(headers.get(b"x-api-key", b""), self.raw_key)
+            if not (bearer_ok or x_api_key_ok):
                 self.metrics.reject("invalid_api_key")
                 return await _send_error(send, 401, "Incorrect or missing API key (Authorization: Bearer KEY)",
                                          "invalid_api_key", [(b"www-authenticate", b"Bearer")])
@@ -89,18 +94,20 @@ class ApiKey:
 
 def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_content: bool = False,
-              manage_engine: bool = True, shutdown_grace: float = 10.0, ui: bool = True) -> FastAPI:
+              manage_engine: bool = True, shutdown_grace: float = 10.0, ui: bool = True,
+              allow_special_tokens_in_content: bool = False) -> FastAPI:
     """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
     on app shutdown. Tests that share one engine between apps pass False and manage it themselves.
     ui: serve the playground page at / (server/page.py; the page is public, its API calls are not).
+    allow_special_tokens_in_content: user/tool text may spell control tokens (tokenizer/untrusted.py).
     """
     metrics = ServerMetrics(engine.stats)
     for collector in getattr(engine, "metric_collectors", list)():  # e.g. per-replica metrics of a cluster
         metrics.registry.register(collector)
     state = ServerState(engine=engine, served_model_name=served_model_name, metrics=metrics,
-                        log_content=log_content)
+                        log_content=log_content, allow_special_tokens_in_content=allow_special_tokens_in_content)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -118,10 +125,13 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     app.state.server = state
     app.state.metrics = metrics
     app.include_router(router)
+    for surface in SURFACES:
+        app.include_router(surface)
     install_error_handlers(app)
     if ui:
         install_page(app)
     app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
     if api_key:  # added last = outermost: unauthenticated bodies are never buffered
         app.add_middleware(ApiKey, api_key=api_key, metrics=metrics)
+    app.add_middleware(AnthropicErrors)  # outermost: every error on /v1/messages* in Anthropic's shape
     return app

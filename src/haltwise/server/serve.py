@@ -43,6 +43,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--shutdown-grace", type=float, default=10.0, help="seconds in-flight requests get on SIGTERM")
     a("--log-content", action="store_true", help="log prompt and output text (off by default)")
     a("--no-ui", action="store_true", help="do not serve the playground page at /")
+    a("--allow-special-tokens-in-content", action="store_true",
+      help="let user and tool message text spell control tokens such as <|im_start|> (off: it stays text)")
     a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
     a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
                                            "instead of starting a local one on 127.0.0.1")
@@ -90,7 +92,8 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
     """uvicorn around build_app(engine) until SIGTERM/SIGINT (then a graceful drain); returns 0."""
     print(f"haltwise: {engine.describe()}", flush=True)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
-                    log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui)
+                    log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui,
+                    allow_special_tokens_in_content=args.allow_special_tokens_in_content)
     config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", log_level="info",
                             h11_max_incomplete_event_size=args.max_header_bytes,
                             timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))

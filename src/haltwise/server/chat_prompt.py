@@ -1,0 +1,53 @@
+"""A conversation -> (prompt text, prompt ids) for every chat route: the model's template, with user and
+tool text kept as text (tokenizer/untrusted.py) unless the server runs with
+`--allow-special-tokens-in-content`. A template that rejects the messages is a 400 on `messages`.
+
+Tool-call arguments arrive as JSON strings (OpenAI's shape) but templates write them with `tojson`
+(Qwen, Hermes, Llama 3): a string argument that holds a JSON object is handed to the template as that
+object, as vLLM does, so the model sees `"arguments": {...}`, the form it was trained on."""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from fastapi import Request
+
+from haltwise.sampling_params import ParamError
+from haltwise.tokenizer.untrusted import ChatEncoder
+
+
+def encoder_of(request: Request) -> ChatEncoder:
+    """The app's ChatEncoder (built once per app: it caches a plain-text copy of the vocabulary)."""
+    app_state = request.app.state
+    enc = getattr(app_state, "chat_encoder", None)
+    if enc is None:
+        enc = app_state.chat_encoder = ChatEncoder(app_state.server.engine.tokenizer)
+    return enc
+
+
+def chat_prompt(request: Request, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+                **extra: Any) -> tuple[str, list[int]]:
+    """(rendered text, ids) of a conversation, ready for the engine (no BOS/EOS added: the template writes them)."""
+    allow = getattr(request.app.state.server, "allow_special_tokens_in_content", False)
+    try:
+        return encoder_of(request).encode_chat(for_template(messages), add_generation_prompt=add_generation_prompt,
+                                               allow_special=allow, **extra)
+    except ValueError as exc:
+        raise ParamError("messages", str(exc)) from exc
+
+
+def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`messages` with each tool call's JSON-object `arguments` string parsed (other messages unchanged)."""
+    return [{**m, "tool_calls": [_parsed(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+            for m in messages]
+
+
+def _parsed(call: dict[str, Any]) -> dict[str, Any]:
+    fn = call.get("function")
+    if not isinstance(fn, dict) or not isinstance(fn.get("arguments"), str):
+        return call
+    try:
+        args = json.loads(fn["arguments"])
+    except ValueError:
+        return call
+    return {**call, "function": {**fn, "arguments": args}} if isinstance(args, dict) else call

@@ -1,0 +1,169 @@
+"""POST /v1/messages and /v1/messages/count_tokens: Anthropic Messages over the chat core.
+
+This module only translates: the request into a ChatTurn (anthropic_protocol.py), the ChatResult into a
+message, ChatDeltas into Anthropic's event sequence. Content blocks, streamed or not, are the same: a
+text block (when there is text, or nothing else), then one tool_use block per call. Stream order
+(every started block is stopped before the next starts):
+
+    message_start, ping, [content_block_start(0, text), content_block_delta(text_delta)...,
+    content_block_stop(0)], [content_block_start(i, tool_use), content_block_delta(input_json_delta)...,
+    content_block_stop(i)]..., message_delta{stop_reason, stop_sequence, usage, termination}, message_stop
+
+An error after the stream began is an `error` event (Anthropic's shape), then the stream ends.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import uuid
+from typing import Any, AsyncIterator
+
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse, Response
+
+from haltwise.errors import HaltwiseError
+from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
+from haltwise.server.chat_prompt import chat_prompt
+from haltwise.server.runner import ClientGone
+from haltwise.server.surfaces.anthropic_errors import anthropic_error
+from haltwise.server.surfaces.anthropic_protocol import CountTokensRequest, MessagesRequest
+from haltwise.server.surfaces.stop_reasons import stop_sequence_of, words_for
+
+log = logging.getLogger("haltwise.server")
+router = APIRouter()
+CLIENT_CLOSED = 499
+
+
+def _stop_fields(result: ChatResult, tokenizer: Any) -> dict[str, Any]:
+    """stop_reason, stop_sequence (Anthropic's words, stop_reasons.TABLE) and the full termination record."""
+    t = result.termination
+    token_text = tokenizer.decode([t.stop_reason], skip_special_tokens=False) \
+        if isinstance(t.stop_reason, int) else None
+    return {"stop_reason": words_for(t, result.finish_reason).anthropic,
+            "stop_sequence": stop_sequence_of(t, token_text), "termination": t.to_dict()}
+
+
+def tool_use_blocks(tool_calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """OpenAI message.tool_calls -> Anthropic tool_use blocks (arguments parsed back into `input`)."""
+    return [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
+             "input": json.loads(c["function"]["arguments"] or "{}")} for c in tool_calls or ()]
+
+
+def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> dict[str, Any]:
+    content: list[dict[str, Any]] = []
+    if result.text or not result.tool_calls:
+        content.append({"type": "text", "text": result.text})
+    content += tool_use_blocks(result.tool_calls)
+    return {"id": rid, "type": "message", "role": "assistant", "model": model, "content": content,
+            **_stop_fields(result, tokenizer),
+            "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens}}
+
+
+class MessageEvents:
+    """ChatDeltas -> Anthropic SSE events (pure: no I/O; see the module docstring for the order)."""
+
+    def __init__(self, rid: str, model: str, prompt_tokens: int, tokenizer: Any):
+        self.rid, self.model, self.prompt_tokens, self.tokenizer = rid, model, prompt_tokens, tokenizer
+        self.blocks = 0                     # blocks started so far; the open one is blocks - 1
+        self.text_open = False
+        self.calls: dict[int, int] = {}     # OpenAI tool-call index -> block index
+
+    def start(self) -> list[tuple[str, dict[str, Any]]]:
+        message = {"id": self.rid, "type": "message", "role": "assistant", "model": self.model, "content": [],
+                   "stop_reason": None, "stop_sequence": None,
+                   "usage": {"input_tokens": self.prompt_tokens, "output_tokens": 0}}
+        return [("message_start", {"type": "message_start", "message": message}), ("ping", {"type": "ping"})]
+
+    def _start_block(self, block: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        self.blocks += 1
+        return ("content_block_start", {"type": "content_block_start", "index": self.blocks - 1,
+                                        "content_block": block})
+
+    def _stop_block(self) -> tuple[str, dict[str, Any]]:
+        return ("content_block_stop", {"type": "content_block_stop", "index": self.blocks - 1})
+
+    def delta(self, d: ChatDelta) -> list[tuple[str, dict[str, Any]]]:
+        events: list[tuple[str, dict[str, Any]]] = []
+        if d.text and not self.calls:
+            if not self.text_open:
+                self.text_open = True
+                events.append(self._start_block({"type": "text", "text": ""}))
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
+                                                   "delta": {"type": "text_delta", "text": d.text}}))
+        for call in d.tool_calls:
+            if call["index"] not in self.calls:
+                if self.blocks:
+                    events.append(self._stop_block())
+                events.append(self._start_block({"type": "tool_use", "id": call.get("id"),
+                                                 "name": call.get("function", {}).get("name"), "input": {}}))
+                self.calls[call["index"]] = self.blocks - 1
+            args = call.get("function", {}).get("arguments")
+            if args:
+                events.append(("content_block_delta", {"type": "content_block_delta",
+                                                       "index": self.calls[call["index"]],
+                                                       "delta": {"type": "input_json_delta", "partial_json": args}}))
+        if d.result is None:
+            return events
+        if not self.blocks and not d.result.tool_calls:   # no text at all: one empty text block, as in the body
+            events.append(self._start_block({"type": "text", "text": ""}))
+        if self.blocks:
+            events.append(self._stop_block())
+        stop = _stop_fields(d.result, self.tokenizer)
+        return events + [("message_delta", {"type": "message_delta",
+                                            "delta": {"stop_reason": stop["stop_reason"],
+                                                      "stop_sequence": stop["stop_sequence"]},
+                                            "usage": {"output_tokens": d.result.completion_tokens},
+                                            "termination": stop["termination"]}),
+                         ("message_stop", {"type": "message_stop"})]
+
+
+def _sse(event: str, data: dict[str, Any]) -> str:
+    return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False)}\n\n"
+
+
+async def _stream(call: ChatCall, events: MessageEvents) -> AsyncIterator[str]:
+    try:
+        for e in events.start():
+            yield _sse(*e)
+        async for d in call.deltas():
+            for e in events.delta(d):
+                yield _sse(*e)
+    except ClientGone:
+        return
+    except HaltwiseError as exc:
+        yield _sse("error", anthropic_error(exc.status, str(exc)))
+    except Exception:
+        log.exception("messages stream failed")
+        yield _sse("error", anthropic_error(500, "Internal server error"))
+
+
+@router.post("/v1/messages")
+async def create_message(body: MessagesRequest, request: Request) -> Response:
+    """Anthropic Messages; the termination record rides along as `termination`."""
+    st = begin(request, body.model)
+    rid = f"msg_{uuid.uuid4().hex}"
+    call = ChatCall(request, rid, body.to_turn())
+    handed_off = False
+    try:
+        await call.start()
+        model, tok = st.served_model_name, st.engine.tokenizer
+        if body.stream:
+            handed_off = True
+            return CallStream(_stream(call, MessageEvents(rid, model, len(call.prompt_ids), tok)), call)
+        return JSONResponse(message_body(rid, model, await call.result(), tok), headers=call.headers)
+    except ClientGone:
+        return Response(status_code=CLIENT_CLOSED)
+    finally:
+        if not handed_off:
+            await call.close()
+
+
+@router.post("/v1/messages/count_tokens")
+async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
+    """{"input_tokens": N}: the prompt the same conversation would have on /v1/messages."""
+    begin(request, body.model)
+    body.check_thinking()
+    tools = body.chat_tools()
+    extra = {"tools": tools} if tools and body.chat_tool_choice() != "none" else {}
+    _, ids = chat_prompt(request, body.chat_messages(), **extra)
+    return {"input_tokens": len(ids)}

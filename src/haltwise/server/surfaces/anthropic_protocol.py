@@ -1,0 +1,172 @@
+"""Anthropic Messages request bodies (pydantic, HTTP edge only) and their translation to a ChatTurn.
+
+Accepted: model, max_tokens (required), messages (text / tool_use / tool_result blocks), system (string
+or text blocks), stop_sequences, temperature, top_p, top_k, stream, tools + tool_choice, thinking
+{"type": "disabled"}; ignored: metadata, service_tier, cache_control on blocks. haltwise extras: seed,
+timeout, ignore_eos. Unknown fields are a 400 naming the field, as on the OpenAI routes.
+
+Translation (into the OpenAI chat shape the chat core and the chat template speak):
+    system                      -> {"role": "system", "content": text}
+    user [tool_result..., text] -> {"role": "tool", "tool_call_id", "content"}..., {"role": "user", ...}
+    assistant [text, tool_use]  -> {"role": "assistant", "content", "tool_calls": [{id, type, function}]}
+    tools [{name, description, input_schema}] -> [{"type": "function", "function": {name, description, parameters}}]
+    tool_choice auto | any | tool{name} | none -> "auto" | "required" | {"type": "function", ...} | "none"
+"""
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, Union
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.server.chat_core import ChatTurn
+from haltwise.server.protocol import MAX_SEED
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+
+class TextBlock(_Strict):
+    type: Literal["text"]
+    text: str
+    cache_control: dict[str, Any] | None = None   # ignored (no prompt caching contract here)
+    citations: list[dict[str, Any]] | None = None  # ignored
+
+
+class ToolUseBlock(_Strict):
+    type: Literal["tool_use"]
+    id: str
+    name: str
+    input: dict[str, Any]
+    cache_control: dict[str, Any] | None = None
+
+
+class ToolResultBlock(_Strict):
+    type: Literal["tool_result"]
+    tool_use_id: str
+    content: str | list[TextBlock] | None = None
+    is_error: bool | None = None
+    cache_control: dict[str, Any] | None = None
+
+    def text(self) -> str:
+        body = self.content if isinstance(self.content, str) or self.content is None \
+            else "\n".join(b.text for b in self.content)
+        return f"Error: {body or ''}" if self.is_error else body or ""
+
+
+Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock], Field(discriminator="type")]
+
+
+class Message(_Strict):
+    role: Literal["user", "assistant"]
+    content: str | list[Block]
+
+
+class Tool(_Strict):
+    name: str = Field(min_length=1, max_length=128)
+    description: str | None = None
+    input_schema: dict[str, Any]
+    type: Literal["custom"] | None = None
+    cache_control: dict[str, Any] | None = None
+
+
+class ToolChoice(_Strict):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class Thinking(_Strict):
+    type: Literal["enabled", "disabled"]
+    budget_tokens: int | None = Field(None, ge=1)
+
+
+class _Conversation(_Strict):
+    """What /v1/messages and /v1/messages/count_tokens share."""
+
+    model: str
+    messages: list[Message] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    thinking: Thinking | None = None
+
+    def chat_messages(self) -> list[dict[str, Any]]:
+        """The conversation in OpenAI chat shape (see the module docstring)."""
+        out: list[dict[str, Any]] = []
+        if self.system:
+            out.append({"role": "system", "content": self.system if isinstance(self.system, str)
+                        else "\n".join(b.text for b in self.system)})
+        for m in self.messages:
+            blocks = [TextBlock(type="text", text=m.content)] if isinstance(m.content, str) else m.content
+            texts = "".join(b.text for b in blocks if isinstance(b, TextBlock))
+            if m.role == "user":
+                out += [{"role": "tool", "tool_call_id": b.tool_use_id, "content": b.text()}
+                        for b in blocks if isinstance(b, ToolResultBlock)]
+                if texts or not any(isinstance(b, ToolResultBlock) for b in blocks):
+                    out.append({"role": "user", "content": texts})
+                if any(isinstance(b, ToolUseBlock) for b in blocks):
+                    raise ParamError("messages", "tool_use blocks belong in assistant messages")
+            else:
+                calls = [{"id": b.id, "type": "function",
+                          "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
+                         for b in blocks if isinstance(b, ToolUseBlock)]
+                if any(isinstance(b, ToolResultBlock) for b in blocks):
+                    raise ParamError("messages", "tool_result blocks belong in user messages")
+                out.append({"role": "assistant", "content": texts or None if calls else texts,
+                            **({"tool_calls": calls} if calls else {})})
+        return out
+
+    def chat_tools(self) -> list[dict[str, Any]] | None:
+        if not self.tools:
+            return None
+        return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
+                                                  "parameters": t.input_schema}} for t in self.tools]
+
+    def chat_tool_choice(self) -> str | dict[str, Any] | None:
+        c = self.tool_choice
+        if c is None:
+            return None
+        if c.type == "tool":
+            if not c.name:
+                raise ParamError("tool_choice.name", 'tool_choice {"type": "tool"} needs a name')
+            if c.name not in {t.name for t in self.tools or ()}:
+                raise ParamError("tool_choice.name", f"tool_choice names an undeclared tool: {c.name!r}")
+            return {"type": "function", "function": {"name": c.name}}
+        return {"auto": "auto", "any": "required", "none": "none"}[c.type]
+
+    def check_thinking(self) -> None:
+        if self.thinking is not None and self.thinking.type == "enabled":
+            raise ParamError("thinking", "extended thinking is not supported yet by this server")
+
+
+class MessagesRequest(_Conversation):
+    """POST /v1/messages."""
+
+    max_tokens: int = Field(ge=1)
+    stop_sequences: list[str] | None = None
+    temperature: float = Field(1.0, ge=0.0, le=1.0)   # Anthropic's range
+    top_p: float | None = Field(None, gt=0.0, le=1.0)
+    top_k: int | None = Field(None, ge=0)
+    stream: bool = False
+    metadata: dict[str, Any] | None = None           # ignored (user_id is never logged)
+    service_tier: str | None = None                  # ignored
+    # haltwise extras
+    seed: int | None = Field(None, ge=0, le=MAX_SEED)
+    timeout: float | None = Field(None, gt=0.0)
+    ignore_eos: bool = False
+
+    def to_turn(self) -> ChatTurn:
+        """The chat turn; raises ParamError (400) for anything invalid or unsupported."""
+        self.check_thinking()
+        params = SamplingParams(
+            max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p or 1.0,
+            top_k=self.top_k if self.top_k else -1, stop=tuple(self.stop_sequences or ()), seed=self.seed,
+            timeout=self.timeout, ignore_eos=self.ignore_eos)
+        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice())
+
+
+class CountTokensRequest(_Conversation):
+    """POST /v1/messages/count_tokens: the same conversation, no generation parameters."""
