@@ -23,7 +23,7 @@ from types import ModuleType
 import torch
 
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("ops.cpp", "decode_stack.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp")
+SOURCES = ("ops.cpp", "decode_stack.cpp", "thread_pool.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp")
 CFLAGS = ["-O3", "-fopenmp"]
 LDFLAGS = ["-fopenmp"]  # libgomp.so.1: the soname torch already loaded, so one OpenMP pool is shared
 
