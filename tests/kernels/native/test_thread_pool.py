@@ -7,6 +7,8 @@
   it sleep when woken for a job, before it claims anything, as a descheduled thread would), calls
   still return, while it is still parked, with every chunk run by the caller and the right numbers.
   A barrier-style pool (at::parallel_for's OpenMP team) would not return until the worker arrived.
+* A worker descheduled inside a chunk is waited for (its chunk must finish), and the pool notes the
+  late worker: the following calls run on the caller alone for a while.
 """
 from __future__ import annotations
 
@@ -36,7 +38,7 @@ def threads():
     torch.set_num_threads(before)
     native.set_threads(0)
     native._pool_use_torch(False)
-    native._pool_hold(False)
+    native._pool_hold(0)
 
 
 def _gemm_case(qtype: Q, seed: int, rows=(200, 72, 40), m: int = 3):
@@ -99,18 +101,33 @@ def test_a_parked_worker_does_not_hold_up_the_call(threads) -> None:
     threads(1)
     expected = run()
     threads(2)
-    native._pool_hold(True)
-    run()                                  # wakes worker 1, which parks before claiming
+    native._pool_hold(1)
     deadline = time.monotonic() + 10
-    while not native._pool_held():
+    while not native._pool_held():         # a call wakes worker 1, which parks before claiming
         assert time.monotonic() < deadline, "worker 1 never woke for a job"
+        run()
         time.sleep(0.001)
     for _ in range(3):
         y = run()
         assert native._pool_held(), "the call waited for the parked worker"
         assert torch.equal(y, expected)
     assert native._pool_chunks_run(1) == 0 and native._pool_chunks_run(0) > 0
-    native._pool_hold(False)
+    native._pool_hold(0)
     while native._pool_held():
         time.sleep(0.001)
     assert torch.equal(run(), expected)    # the worker rejoins: later calls still right
+
+
+def test_a_worker_late_inside_a_chunk_is_waited_for_and_noted(threads) -> None:
+    run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=1)
+    threads(1)
+    expected = run()
+    threads(2)
+    native._pool_hold(2)                   # worker 1 sleeps 100 ms inside each chunk it claims
+    before = native._pool_late_events()
+    results = [run() for _ in range(20)]
+    claimed = native._pool_chunks_run(1)
+    native._pool_hold(0)
+    assert all(torch.equal(y, expected) for y in results)
+    if claimed:                            # the worker got a chunk (the caller may have taken them all)
+        assert native._pool_late_events() > before

@@ -37,6 +37,11 @@ constexpr int MAX_THREADS = 256;
 constexpr int CHUNKS_PER_THREAD = 4;                       // slack for taking a late thread's share
 constexpr auto WORKER_SPIN = std::chrono::microseconds(200);  // then sleep: decode steps are ms apart
 constexpr auto CALLER_SPIN = std::chrono::microseconds(50);   // then sleep until the last chunk ends
+// A worker descheduled inside a chunk makes the caller wait a scheduler slice. When the wait after the
+// caller's own last chunk exceeds LATE_WAIT and 4x its mean chunk time, the next SOLO of calls run on
+// the caller alone, then workers are tried again (issue 26: "fewer threads while it lasts").
+constexpr auto LATE_WAIT = std::chrono::microseconds(1000);
+constexpr auto SOLO = std::chrono::milliseconds(20);
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -77,6 +82,11 @@ class Pool {
       fn(ctx, begin, end);
       return;
     }
+    const auto start = Clock::now();
+    if (start < solo_until_) {
+      fn(ctx, begin, end);
+      return;
+    }
     spawn(threads - 1);
     error_ = nullptr;
     tl_inside = true;
@@ -94,16 +104,23 @@ class Pool {
     claim_.store(uint64_t(epoch) << 32, std::memory_order_release);  // open
     gen_.fetch_add(1, std::memory_order_seq_cst);
     if (sleepers_.load(std::memory_order_seq_cst) > 0) futex_wake(gen_);
-    help(0);
+    const int64_t mine = help(0);
+    const auto own_done = Clock::now();
     wait_done((uint32_t)chunks);
+    const auto waited = Clock::now() - own_done;
+    if (waited > LATE_WAIT && waited > 4 * (own_done - start) / std::max<int64_t>(mine, 1)) {
+      solo_until_ = own_done + waited + SOLO;
+      late_events_.fetch_add(1, std::memory_order_relaxed);
+    }
     tl_inside = false;
     if (error_) std::rethrow_exception(error_);
   }
 
-  void hold(bool on) {
+  void hold(int mode) {
     for (auto& c : chunks_run_) c.store(0);
-    hold_.store(on);
+    hold_.store(mode);
   }
+  int64_t late_events() const { return late_events_.load(); }
   bool held() const { return held_.load(); }
   int64_t chunks_run(int i) const { return i >= 0 && i < MAX_THREADS ? chunks_run_[i].load() : 0; }
 
@@ -111,12 +128,13 @@ class Pool {
   std::atomic<bool> use_torch_{false};
 
  private:
-  // Claims and runs chunks of the open job until none is left (or the job is not for this index).
-  void help(int index) {
-    for (;;) {
+  // Claims and runs chunks of the open job until none is left (or the job is not for this index);
+  // returns how many it ran.
+  int64_t help(int index) {
+    for (int64_t ran = 0;; ++ran) {
       uint64_t word = claim_.load(std::memory_order_acquire);
       const uint32_t next = (uint32_t)word;
-      if (next == CLOSED) return;
+      if (next == CLOSED) return ran;
       const ChunkFn fn = fn_.load(std::memory_order_relaxed);
       const void* ctx = ctx_.load(std::memory_order_relaxed);
       const int64_t begin = begin_.load(std::memory_order_relaxed), end = end_.load(std::memory_order_relaxed);
@@ -124,8 +142,12 @@ class Pool {
       const uint32_t chunks = chunks_.load(std::memory_order_relaxed);
       const int threads = threads_.load(std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_acquire);  // a field from a newer job => the CAS fails
-      if (next >= chunks || index >= threads) return;
-      if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) continue;
+      if (next >= chunks || index >= threads) return ran;
+      if (!claim_.compare_exchange_weak(word, word + 1, std::memory_order_acq_rel, std::memory_order_relaxed)) {
+        --ran;
+        continue;
+      }
+      if (index == 1 && hold_.load() == 2) park();
       const int64_t b = begin + (int64_t)next * chunk;
       try {
         fn(ctx, b, std::min(end, b + chunk));
@@ -171,14 +193,14 @@ class Pool {
         cpu_relax();
       }
       seen = gen_.load(std::memory_order_acquire);
-      if (index == 1 && hold_.load()) park();
+      if (index == 1 && hold_.load() == 1) park();
       help(index);
     }
   }
 
   void park() {  // the test hook: behave like a worker the scheduler left out
     held_.store(true);
-    const auto until = Clock::now() + std::chrono::seconds(10);
+    const auto until = Clock::now() + (hold_.load() == 2 ? std::chrono::milliseconds(100) : std::chrono::seconds(10));
     while (hold_.load() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     held_.store(false);
   }
@@ -198,7 +220,10 @@ class Pool {
   std::atomic<bool> caller_sleeping_{false};
   std::mutex error_mutex_;
   std::exception_ptr error_;
-  std::atomic<bool> hold_{false}, held_{false};
+  std::atomic<int> hold_{0};             // test hook mode: 0 off, 1 park before claiming, 2 inside a chunk
+  std::atomic<bool> held_{false};
+  Clock::time_point solo_until_{};       // (under mutex_) calls before this run on the caller alone
+  std::atomic<int64_t> late_events_{0};
   std::atomic<int64_t> chunks_run_[MAX_THREADS] = {};
 };
 
@@ -224,7 +249,8 @@ int pool_threads() {
 
 void set_pool_threads(int n) { pool().override_.store(std::max(n, 0)); }
 int pool_thread_index() { return pool().use_torch_.load(std::memory_order_relaxed) ? at::get_thread_num() : tl_index; }
-void pool_debug_hold(bool on) { pool().hold(on); }
+void pool_debug_hold(int mode) { pool().hold(mode); }
+int64_t pool_debug_late_events() { return pool().late_events(); }
 void pool_debug_use_torch(bool on) { pool().use_torch_.store(on); }
 bool pool_debug_held() { return pool().held(); }
 int64_t pool_debug_chunks_run(int index) { return pool().chunks_run(index); }

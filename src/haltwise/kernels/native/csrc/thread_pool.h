@@ -10,7 +10,9 @@
 //
 // The call returns as soon as every chunk has run, never waiting for a worker to arrive: a worker
 // that was not scheduled in time finds no chunk left, and its share was taken by the running threads.
-// (A worker descheduled *inside* a chunk is still waited for: chunks are kept small, ~4 per thread.)
+// A worker descheduled *inside* a chunk is still waited for: chunks are kept small (~4 per thread),
+// and a wait of over 1 ms sends the next 20 ms of calls to the caller alone (a late thread means a
+// busy core; fewer threads while it lasts).
 //
 // INVARIANT (determinism, SPEC 11): fn(b, e) must compute each output element from its index alone,
 // with a fixed reduction order, so that results never depend on which thread ran a chunk or where
@@ -41,11 +43,13 @@ void set_pool_threads(int n);  // 0 = follow torch again
 // Per-thread scratch sized pool_threads() before the call may be indexed with it.
 int pool_thread_index();
 
-// Test hooks. hold(true): worker 1 parks when woken for a job, before claiming any chunk, until
-// hold(false) (or 10 s pass), as if descheduled. held(): whether it is parked now. chunks_run(i):
-// chunks run by thread index i since the last reset (reset by hold()).
+// Test hooks. hold(1): worker 1 parks when woken for a job, before claiming any chunk, until hold(0)
+// (or 10 s pass), as if descheduled; hold(2): it parks 100 ms inside each chunk it claims. held():
+// whether it is parked now. chunks_run(i): chunks run by thread index i since the last hold().
+// late_events(): calls whose caller waited for a late worker (each starts a caller-only spell).
 // use_torch(true): run_chunks defers to at::parallel_for (the reference the pool is tested against).
-void pool_debug_hold(bool on);
+void pool_debug_hold(int mode);
+int64_t pool_debug_late_events();
 void pool_debug_use_torch(bool on);
 bool pool_debug_held();
 int64_t pool_debug_chunks_run(int index);
