@@ -82,6 +82,8 @@ def run(args: argparse.Namespace) -> int:
     native = build.load()
     pools = ["pool"] + (["openmp"] if args.openmp and native is not None else [])
     prompts = token_prompts(llm.tokenizer, max(args.clients), 8 if args.tiny else 32)
+    formats = planned_formats(llm.engine, args.clients)
+    progress(f"linear formats per scenario's row bucket: {formats}")
 
     def timed(clients: int) -> float:
         t = runner.generate(prompts[:clients], tokens)
@@ -110,8 +112,20 @@ def run(args: argparse.Namespace) -> int:
     print(common.format_table(records, title))
     common.write_json(args.json, {"benchmark": "neighbour", "environment": env, "records": records,
                                   "config": {"threads": thread_counts, "busy": busy, "tokens": tokens,
+                                             "formats": formats,
                                              "repeats": repeats, "clients": args.clients, "pools": pools}})
     return 0
+
+
+def planned_formats(engine: Any, clients: list[int]) -> dict[int, list[str]]:
+    """The planned linear formats for each scenario's decode rows: a float32 cell runs at::mm on torch's
+    OpenMP team (its barriers are not the native pool's), which a busy host's plan may pick."""
+    from haltwise.bench.haltwise_runner import engine_model
+    from haltwise.kernels.plan import bucket_index
+    from haltwise.kernels.planned_linear import PlannedLinear
+
+    linears = [m for m in engine_model(engine).modules() if isinstance(m, PlannedLinear)]
+    return {c: sorted({l.bucket_formats[bucket_index(c)] for l in linears}) for c in clients}
 
 
 def neighbour_records(samples: dict[tuple[str, int, int, str], list[float]], repeats: int, busy: int,
