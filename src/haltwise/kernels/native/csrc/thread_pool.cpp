@@ -15,6 +15,8 @@
 #include <atomic>
 #include <chrono>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -35,8 +37,16 @@ using Clock = std::chrono::steady_clock;
 constexpr uint32_t CLOSED = 0xFFFFFFFFu;
 constexpr int MAX_THREADS = 256;
 constexpr int CHUNKS_PER_THREAD = 4;                       // slack for taking a late thread's share
-constexpr auto WORKER_SPIN = std::chrono::microseconds(200);  // then sleep: decode steps are ms apart
-constexpr auto CALLER_SPIN = std::chrono::microseconds(50);   // then sleep until the last chunk ends
+// Spin before sleeping: a worker ~200 us after its last chunk (decode steps are ms apart), the caller
+// ~50 us for the last chunk to end. HALTWISE_POOL_SPIN_US=worker[,caller] overrides (measurement only).
+std::chrono::microseconds spin_us(int which, int fallback) {
+  const char* env = std::getenv("HALTWISE_POOL_SPIN_US");
+  if (!env) return std::chrono::microseconds(fallback);
+  const char* comma = std::strchr(env, ',');
+  return std::chrono::microseconds(std::atoi(which == 0 ? env : comma ? comma + 1 : env));
+}
+const auto WORKER_SPIN = spin_us(0, 200);
+const auto CALLER_SPIN = spin_us(1, 50);
 // A worker descheduled inside a chunk makes the caller wait a scheduler slice. When the wait after the
 // caller's own last chunk exceeds LATE_WAIT and 4x its mean chunk time, the next SOLO of calls run on
 // the caller alone, then workers are tried again (issue 26: "fewer threads while it lasts").
