@@ -67,3 +67,25 @@ def test_logprobs_are_of_the_raw_distribution():
     expected = torch.log_softmax(x[0], dim=-1)
     assert lp.token_id == 2 and abs(lp.logprob - float(expected[2])) < 1e-6
     assert [t for t, _ in lp.top] == [2, 1]
+
+
+def test_samples_on_one_thread_and_restores_torch_threads():
+    """The vocabulary reductions run on one intra-op thread (no OpenMP barrier a busy neighbour core can
+    stall, issue 26); the caller's thread count is back afterwards, also when sampling raises."""
+    before = torch.get_num_threads()
+    seen = []
+    torch.set_num_threads(3)
+    try:
+        sampler = Sampler()
+        real = sampler._sample
+        sampler._sample = lambda *a: seen.append(torch.get_num_threads()) or real(*a)
+        sampler(torch.randn(2, V), [row(temperature=0), row(temperature=1.0, seed=1)])
+        assert seen == [1] and torch.get_num_threads() == 3
+        sampler._sample = lambda *a: 1 / 0
+        try:
+            sampler(torch.randn(1, V), [row(temperature=0)])
+        except ZeroDivisionError:
+            pass
+        assert torch.get_num_threads() == 3
+    finally:
+        torch.set_num_threads(before)

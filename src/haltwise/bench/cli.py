@@ -4,6 +4,7 @@
   peers   haltwise vs llama.cpp (llama-bench in-process figures, llama-server over HTTP), same GGUF (bench/peers.py)
   stops   per-token cost of stop-string checking (bench/stop_cost.py; its own options follow)
   termination  share of a real decode step spent on termination checks (bench/termination_share.py)
+  neighbour    decode quiet vs beside busy processes, same run (bench/neighbour.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -18,6 +19,7 @@ PROGRAMS = {
                                       "(--model: a file or a named model)"),
     "stops": ("haltwise.bench.stop_cost", "stop-string checking cost per token (options: see --help)"),
     "termination": ("haltwise.bench.termination_share", "share of a decode step spent on termination checks"),
+    "neighbour": ("haltwise.bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
 }
 
 

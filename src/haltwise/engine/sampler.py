@@ -39,6 +39,18 @@ class Sampler:
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
                  grammar: GrammarMask | None = None) -> SamplerOutput:
         """logits: (B, V) float32, one row per entry of rows; grammar: bitmasks for the constrained rows."""
+        # On one intra-op thread: the reductions over the vocabulary are the only OpenMP regions of a
+        # native decode step, and each ends at a barrier that waits a scheduler slice for a thread a busy
+        # neighbour core has descheduled (issue 26: (1, 49152) sum + max 15 ms with 2 threads, 0.3 ms
+        # with 1 on a loaded 2-core host). One thread also makes the sums independent of --threads.
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            return self._sample(logits, rows, grammar)
+        finally:
+            torch.set_num_threads(threads)
+
+    def _sample(self, logits: torch.Tensor, rows: list[SamplingRow], grammar: GrammarMask | None) -> SamplerOutput:
         # A row sum is NaN/Inf iff the row holds a NaN or an Inf (logits are far too small to overflow
         # a float32 sum of 50k values): one reduction instead of an elementwise test over (B, V).
         finite = torch.isfinite(logits.sum(dim=-1))                      # (B,)

@@ -18,7 +18,7 @@
 //
 // A linear runs on its raw GGUF blocks (q8 activations, run_linear) or on a float32 weight (run_dense), per
 // row bucket as the kernel plan chose; the norms, RoPE, KV writes, attention and activation are the
-// float32 kernels of decode_math.inc for the CPU's ISA. Threads: at::parallel_for (torch's pool) over
+// float32 kernels of decode_math.inc for the CPU's ISA. Threads: parallel_chunks (thread_pool.h) over
 // weight rows and over (row, kv head) pairs of the attention.
 #include <torch/extension.h>
 
@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "native_linear.h"
+#include "thread_pool.h"
 
 namespace haltwise_native {
 namespace {
@@ -121,7 +122,7 @@ class DecodeStack {
     int64_t longest = 0;
     for (int64_t t = 0; t < T; ++t) longest = std::max(longest, lens[t]);
     const int64_t G = H_ / KVH_;
-    std::vector<float> scratch(at::get_num_threads() * G * std::max<int64_t>(longest, 1));
+    std::vector<float> scratch(pool_threads() * G * std::max<int64_t>(longest, 1));
     const MathKernels& m = table_.math;
     float* hp = h.data_ptr<float>();
 
@@ -156,8 +157,8 @@ class DecodeStack {
       float* ap = attn.data_ptr<float>();
       const float scale = L.scale;
       const int64_t window = L.window;
-      at::parallel_for(0, T * KVH_, 1, [&](int64_t b, int64_t e) {
-        float* mine = scratch.data() + at::get_thread_num() * G * std::max<int64_t>(longest, 1);
+      parallel_chunks(0, T * KVH_, 1, [&](int64_t b, int64_t e) {
+        float* mine = scratch.data() + pool_thread_index() * G * std::max<int64_t>(longest, 1);
         for (int64_t task = b; task < e; ++task) {
           const int64_t t = task / KVH_, kvh = task % KVH_;
           const int64_t len = lens[t], start = window > 0 && len > window ? len - window : 0;
@@ -172,7 +173,7 @@ class DecodeStack {
       linear(L.linears[GATE_UP], bucket, x, gu);
       float* gup = gu.data_ptr<float>();
       float* midp = mid.data_ptr<float>();
-      at::parallel_for(0, T, 4, [&](int64_t r0, int64_t r1) {
+      parallel_chunks(0, T, 4, [&](int64_t r0, int64_t r1) {
         m.gated_rows(gup + r0 * 2 * I_, r1 - r0, I_, (int)act_, midp + r0 * I_);
       });
       linear(L.linears[DOWN], bucket, mid, proj);

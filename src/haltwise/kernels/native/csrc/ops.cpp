@@ -1,5 +1,5 @@
 // Torch binding: y = x @ W.T for weights held as raw GGUF blocks, activations quantized to q8 per
-// block of 32 inputs. Threads: at::parallel_for over output rows (torch's intra-op pool and count).
+// block of 32 inputs. Threads: parallel_chunks over output rows (thread_pool.h).
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "native_linear.h"
+#include "thread_pool.h"
 
 namespace haltwise_native {
 namespace {
@@ -109,13 +110,13 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
   std::vector<int8_t> q(M * K);
   std::vector<float> ds(2 * M * nb);
   ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K};
-  at::parallel_for(0, M, 16, [&](int64_t m0, int64_t m1) {
+  parallel_chunks(0, M, 16, [&](int64_t m0, int64_t m1) {
     table.quantize(x, K, q.data(), ds.data(), ds.data() + M * nb, m0, m1);
   });
-  // Enough rows per task that a thread streams a few KiB of weights; the pool splits evenly.
+  // Enough rows per task that a thread streams a few KiB of weights.
   // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
   // ends the same way, so neighbouring tasks still partition the rows.
-  at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) {
+  parallel_chunks(0, N, 16, [&](int64_t b, int64_t e) {
     for (const Shard& s : linear.shards) {
       int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
       if (lo >= hi) continue;
@@ -131,7 +132,7 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
 
 void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y) {
   if (M == 0 || N == 0) return;
-  at::parallel_for(0, N, 16, [&](int64_t b, int64_t e) { table.math.dense_rows(w, x, M, K, y, N, b, e); });
+  parallel_chunks(0, N, 16, [&](int64_t b, int64_t e) { table.math.dense_rows(w, x, M, K, y, N, b, e); });
 }
 
 // x (M, K) float32, w (N, K) float32 -> (M, N) = x @ w.T, batch invariant (run_dense).
@@ -178,5 +179,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
+  m.def("set_threads", &haltwise_native::set_pool_threads, "native pool threads (0: torch.get_num_threads())");
+  m.def("threads", &haltwise_native::pool_threads, "threads the native pool uses");
+  m.def("_pool_hold", &haltwise_native::pool_debug_hold, "test hook: park worker 1 before it claims work");
+  m.def("_pool_held", &haltwise_native::pool_debug_held, "test hook: worker 1 is parked now");
+  m.def("_pool_late_events", &haltwise_native::pool_debug_late_events, "calls that waited for a late worker");
+  m.def("_pool_chunks_run", &haltwise_native::pool_debug_chunks_run, "test hook: chunks run by a thread index");
+  m.def("_pool_use_torch", &haltwise_native::pool_debug_use_torch, "test hook: at::parallel_for instead of the pool");
   haltwise_native::register_decode_stack(m);
 }
