@@ -80,7 +80,8 @@ def test_default_path_same_request_same_tokens(name):
     greedy = run(engine, prompts[:1], replace(params, temperature=0.0))[0]
     batched = run(engine, prompts, replace(params, temperature=0.0))
 
-    small = build_engine(model, default_config("--kv-cache-memory", str(10 * 16 * engine.model_config.kv_bytes_per_token("float32")),
+    pool = 10 * 16 * engine.model_config.kv_bytes_per_token("float32")     # 10 blocks for 8 sequences
+    small = build_engine(model, default_config("--kv-cache-memory", str(pool), "--max-model-len", "128",
                                                "--max-num-batched-tokens", "48"))
     assert run(small, prompts, replace(params, temperature=0.0)) == batched
     assert small.scheduler.num_preemptions > 0, "the small pool was meant to preempt"
