@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.stopping.sequence_stopper import SequenceStopper
-from haltwise.stopping.stop_strings import StopStringMatcher
+from haltwise.stopping.stop_strings import StopStringMatcher, _automaton
 
 EOS = frozenset({0})
 PIECES = ("ab", " E", "N", "x\n", "(", "ye", "s ", "``", "Q", ":")  # prefixes of the stops, never a stop
@@ -70,9 +70,11 @@ def test_automaton_work_stops_growing_once_warm(monkeypatch):
 
     monkeypatch.setattr(mod, "StopStringMatcher", _CountingMatcher)
     _CountingMatcher.steps = 0
+    _automaton.cache_clear()   # each stopper starts cold (same-stop matchers share the filled transitions)
     feed_tokens(stopper(), 300)
     warm = _CountingMatcher.steps
     _CountingMatcher.steps = 0
+    _automaton.cache_clear()
     feed_tokens(stopper(), 3000)
     assert 0 < _CountingMatcher.steps == warm  # ten times the text, not one more fail-chain walk
 
@@ -101,6 +103,7 @@ def test_the_count_catches_a_rescanning_stopper():
 def test_word_mode_automaton_work_stops_growing_once_warm():
     def walks(rounds: int) -> int:
         _CountingMatcher.steps = 0
+        _automaton.cache_clear()
         matcher = _CountingMatcher(["ab E", "N(x", "yes", "Q:"], boundary="word")
         for _ in range(rounds):
             matcher.feed("".join(PIECES))

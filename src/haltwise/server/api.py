@@ -17,6 +17,7 @@ from haltwise.errors import HaltwiseError, ModelNotFound, Overloaded
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_prompt import chat_prompt
+from haltwise.server.limits import check_request_caps
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                       TokenizeRequest)
@@ -150,6 +151,7 @@ def _begin(request: Request, body: Any) -> tuple[Any, Any, Any]:
     """Common start of a generation route: (app state, SamplingParams, tokenizer), or an error."""
     st = _state(request)
     _check_model(st, body.model)
+    check_request_caps(body, request.app.state.caps)
     _check_admitting(st)
     return st, body.to_sampling_params(), st.engine.tokenizer
 
@@ -204,6 +206,7 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     """vLLM-style: {prompt} or {messages} -> {count, max_model_len, tokens}."""
     st = _state(request)
     _check_model(st, body.model)
+    check_request_caps(body, request.app.state.caps)
     tok = st.engine.tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise ParamError("prompt", "give exactly one of 'prompt' or 'messages'")

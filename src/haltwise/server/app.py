@@ -1,9 +1,12 @@
-"""The app factory: routes, error handlers, metrics, and two pure-ASGI guards in front of everything.
+"""The app factory: routes, error handlers, metrics, and pure-ASGI guards in front of everything.
 
 Guards, outermost first:
+  edge_security -- Host allow-list, page headers, CORS (only with cors_origins), JSON content type only.
   ApiKey     -- with an api key, /v1/* and /tokenize, /detokenize need `Authorization: Bearer KEY`
                 or (as Anthropic's clients send it) `x-api-key: KEY`, compared in constant time, else 401. /health, /ready, /metrics, /docs and
                 /openapi.json stay unauthenticated on purpose: probes and scrapers carry no secrets.
+                With protect_metrics, /metrics and /cluster need the key too.
+  BodyDeadline -- the whole body within body_timeout seconds, else 408 (connections.py).
   BodyLimit  -- reads the whole body (at most max_body_bytes) before any parsing; more is a 413.
 """
 from __future__ import annotations
@@ -11,13 +14,17 @@ from __future__ import annotations
 import contextlib
 import hmac
 import json
-from typing import Any, AsyncIterator
+from typing import Any, AsyncIterator, Sequence
 
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from haltwise.server.api import ServerState, router
+from haltwise.server.connections import DEFAULTS as CONNECTION_DEFAULTS
+from haltwise.server.connections import BodyDeadline
+from haltwise.server.edge_security import LOOPBACK_HOSTS, install_edge_security
 from haltwise.server.errors import error_body, install_error_handlers
+from haltwise.server.limits import DEFAULT_CAPS, RequestCaps
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.page import install_page
 from haltwise.server.surfaces import SURFACES
@@ -25,6 +32,7 @@ from haltwise.server.surfaces.anthropic_errors import AnthropicErrors
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+OPERATOR_PREFIXES = ("/metrics", "/cluster")    # protected too with protect_metrics
 
 
 async def _send_error(send: Send, status: int, message: str, code: str, headers: list | None = None) -> None:
@@ -76,12 +84,13 @@ class BodyLimit:
 class ApiKey:
     """Bearer-token check for the protected routes (constant-time compare)."""
 
-    def __init__(self, app: ASGIApp, api_key: str, metrics: ServerMetrics):
+    def __init__(self, app: ASGIApp, api_key: str, metrics: ServerMetrics, protect_metrics: bool = False):
         self.app, self.key, self.metrics = app, f"Bearer {api_key}".encode(), metrics
         self.raw_key = api_key.encode()
+        self.prefixes = PROTECTED_PREFIXES + (OPERATOR_PREFIXES if protect_metrics else ())
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and scope["path"].startswith(PROTECTED_PREFIXES):
+        if scope["type"] == "http" and scope["path"].startswith(self.prefixes):
             headers = dict(scope["headers"])
             bearer_ok = hmac.compare_digest(headers.get(b"authorization", b""), self.key)
             x_api_key_ok = hmac.compare_digest(headers.get(b"x-api-key", b""), self.raw_key)
@@ -95,13 +104,18 @@ class ApiKey:
 def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api_key: str | None = None,
               max_body_bytes: int = DEFAULT_MAX_BODY_BYTES, log_content: bool = False,
               manage_engine: bool = True, shutdown_grace: float = 10.0, ui: bool = True,
-              allow_special_tokens_in_content: bool = False) -> FastAPI:
+              allow_special_tokens_in_content: bool = False,
+              allowed_hosts: Sequence[str] = LOOPBACK_HOSTS, cors_origins: Sequence[str] = (),
+              protect_metrics: bool = False, body_timeout: float = CONNECTION_DEFAULTS.body_timeout,
+              docs: bool = False, caps: RequestCaps = DEFAULT_CAPS) -> FastAPI:
     """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
     on app shutdown. Tests that share one engine between apps pass False and manage it themselves.
     ui: serve the playground page at / (server/page.py; the page is public, its API calls are not).
     allow_special_tokens_in_content: user/tool text may spell control tokens (tokenizer/untrusted.py).
+    allowed_hosts, cors_origins: see edge_security.py. docs: serve /docs and /redoc (they load Swagger
+    UI from a CDN, so off by default); /openapi.json is always served. caps: see limits.py.
     """
     metrics = ServerMetrics(engine.stats)
     for collector in getattr(engine, "metric_collectors", list)():  # e.g. per-replica metrics of a cluster
@@ -121,9 +135,11 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
                 await engine.shutdown(shutdown_grace)
 
     app = FastAPI(title="haltwise", version="0.1.0", lifespan=lifespan, strict_content_type=False,
+                  docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
                   description="OpenAI-compatible completions with named, exact terminations.")
     app.state.server = state
     app.state.metrics = metrics
+    app.state.caps = caps
     app.include_router(router)
     for surface in SURFACES:
         app.include_router(surface)
@@ -131,7 +147,11 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     if ui:
         install_page(app)
     app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
-    if api_key:  # added last = outermost: unauthenticated bodies are never buffered
-        app.add_middleware(ApiKey, api_key=api_key, metrics=metrics)
+    app.add_middleware(BodyDeadline, timeout=body_timeout)
+    if api_key:  # added after the body guards = outside them: unauthenticated bodies are never buffered
+        app.add_middleware(ApiKey, api_key=api_key, metrics=metrics, protect_metrics=protect_metrics)
+    elif protect_metrics:
+        raise ValueError("protect_metrics needs an api_key")
+    install_edge_security(app, allowed_hosts, cors_origins)
     app.add_middleware(AnthropicErrors)  # outermost: every error on /v1/messages* in Anthropic's shape
     return app

@@ -1,7 +1,8 @@
 """Per engine request: feed metrics as updates arrive and write one JSON log line when it ends.
 
 The log line goes to the `haltwise.requests` logger. Prompt and output text are included only when
-the server runs with log_content=True (`--log-content`); by default no user text is ever logged.
+the server runs with log_content=True (`--log-content`); by default no user text is ever logged:
+matched stop strings and text excerpts in termination details are fingerprinted (log_redaction.py).
 """
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import time
 from typing import Any
 
 from haltwise.outputs import RequestOutput
+from haltwise.server.log_redaction import redact_choice
 from haltwise.server.metrics import ServerMetrics
 
 request_log = logging.getLogger("haltwise.requests")
@@ -73,7 +75,7 @@ class RequestRecorder:
             choice.update(t.to_dict() if t is not None else {"reason": "cancelled"})
             if self.log_content:
                 choice["output"] = o.text
-            choices.append(choice)
+            choices.append(choice if self.log_content else redact_choice(choice))
         self._write(ttft, latency, choices, out)
 
     def rejected(self) -> None:

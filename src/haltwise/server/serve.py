@@ -20,7 +20,9 @@ from typing import Any
 import uvicorn
 
 from haltwise.engine.kv_cache import parse_memory
+from haltwise.server import connections, limits, secrets
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
+from haltwise.server.edge_security import default_allowed_hosts
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
@@ -35,7 +37,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--served-model-name", default=None,
       help="the `model` clients must send (default: the --model name, e.g. qwen2.5-coder-0.5b, or the file's "
            f"name without .gguf; {DEFAULT_MODEL_NAME} for the default model)")
-    a("--api-key", default=None, help="require `Authorization: Bearer KEY` on /v1/*, /tokenize, /detokenize")
+    secrets.add_arguments(parser)
+    a("--allowed-hosts", default=None, help="comma-separated Host names the server answers to ('*' any, "
+      "'.example.com' a domain, 'ip' any IP literal; default: the loopback names, plus 'ip' beyond loopback)")
+    a("--cors-origins", default=None, help="comma-separated origins allowed to call the API from a browser "
+                                            "(default: none, CORS off)")
+    a("--docs", action="store_true", help="serve /docs and /redoc (they load Swagger UI from a CDN)")
+    connections.add_arguments(parser)
+    limits.add_arguments(parser)
     a("--default-timeout", type=float, default=None, help="seconds per request unless it sets `timeout`")
     a("--watchdog", type=float, default=30.0, help="seconds an engine step may run before its requests fail")
     a("--max-body-bytes", type=parse_memory, default=DEFAULT_MAX_BODY_BYTES, help="request body limit (413)")
@@ -76,6 +85,12 @@ def run(args: argparse.Namespace) -> int:
     from haltwise.engine.async_engine import AsyncEngine
 
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    try:  # refused before the model loads: a bad key source, --protect-metrics without a key
+        args.api_key = secrets.resolve_api_key(args)
+        secrets.check_exposure(args.host, args.api_key, args.protect_metrics)
+    except secrets.KeySourceError as exc:
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
     if args.replicas or args.ray_address:
         from haltwise.cluster.launch import serve_cluster
@@ -91,16 +106,24 @@ def run(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace, engine: Any) -> int:
     """uvicorn around build_app(engine) until SIGTERM/SIGINT (then a graceful drain); returns 0."""
     print(f"haltwise: {engine.describe()}", flush=True)
+    conn = connections.limits_from(args)
+    hosts = _split(args.allowed_hosts) if args.allowed_hosts else default_allowed_hosts(args.host)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                     log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui,
-                    allow_special_tokens_in_content=args.allow_special_tokens_in_content)
-    config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", log_level="info",
-                            h11_max_incomplete_event_size=args.max_header_bytes,
-                            timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))
+                    allow_special_tokens_in_content=args.allow_special_tokens_in_content,
+                    allowed_hosts=hosts, cors_origins=_split(args.cors_origins), protect_metrics=args.protect_metrics,
+                    body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args))
+    config = connections.uvicorn_config(app, args.host, args.port, conn, log_level="info",
+                                        h11_max_incomplete_event_size=args.max_header_bytes,
+                                        timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))
     server = _DrainingServer(config, app.state.server, grace=args.shutdown_grace)
     print(f"haltwise: serving {args.served_model_name} on http://{args.host}:{args.port}", flush=True)
     server.run()
     return 0
+
+
+def _split(csv: str | None) -> tuple[str, ...]:
+    return tuple(x.strip() for x in (csv or "").split(",") if x.strip())
 
 
 class _DrainingServer(uvicorn.Server):

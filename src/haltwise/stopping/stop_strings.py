@@ -22,6 +22,7 @@ counts as a boundary (as $ or \\b at the end in a regex), and returns the pendin
 """
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Literal, Protocol, Sequence
 
@@ -82,53 +83,15 @@ class StopStringMatcher:
             raise ValueError("stop strings must be non-empty")
         if boundary not in ("prefix", "word"):
             raise ValueError(f"boundary must be 'prefix' or 'word', got {boundary!r}")
-        self._stops: tuple[str, ...] = tuple(sorted(set(stops)))  # order of the list never matters
-        self._word = boundary == "word"
-        self._left = tuple(self._word and is_word_char(s[0]) for s in self._stops)
-        self._right = tuple(self._word and is_word_char(s[-1]) for s in self._stops)
+        a = _automaton(tuple(sorted(set(stops))), boundary)   # order of the list never matters; shared
+        self._stops, self._word, self._left, self._right = a.stops, a.word, a.left, a.right
+        self._children, self._depth, self._fail = a.children, a.depth, a.fail
+        self._outputs, self._hold, self._delta, self._bits_mask = a.outputs, a.hold, a.delta, a.bits_mask
+        # Per matcher: the only fields a feed changes (besides the shared, lazily filled _delta).
         self._bits = 0
-        self._bits_mask = (1 << (max(map(len, self._stops), default=0) + 1)) - 1
         self._waiting: list[Match] = []  # word mode: matches whose right side is not known yet
-        self._children: list[dict[str, int]] = [{}]
-        self._depth: list[int] = [0]
-        own: list[list[int]] = [[]]
-        for i, stop in enumerate(self._stops):
-            node = 0
-            for ch in stop:
-                nxt = self._children[node].get(ch)
-                if nxt is None:
-                    nxt = len(self._children)
-                    self._children[node][ch] = nxt
-                    self._children.append({})
-                    self._depth.append(self._depth[node] + 1)
-                    own.append([])
-                node = nxt
-            own[node].append(i)
-        self._build_links(own)
-        # Lazily filled full transition table: _delta[n][ch] = next state (saves fail-chain walks).
-        self._delta: list[dict[str, int]] = [dict(c) for c in self._children]
         self._state = 0
         self._pos = 0  # characters fed so far
-
-    def _build_links(self, own: list[list[int]]) -> None:
-        n = len(self._children)
-        self._fail = [0] * n
-        outputs: list[tuple[int, ...]] = [()] * n
-        hold = [0] * n
-        order = [0]  # breadth-first: a node's fail target is always shallower, so already done
-        for node in order:
-            for ch, child in self._children[node].items():
-                order.append(child)
-                if node != 0:
-                    f = self._fail[node]
-                    while f and ch not in self._children[f]:
-                        f = self._fail[f]
-                    self._fail[child] = self._children[f].get(ch, 0)
-            if node:
-                outputs[node] = tuple(own[node]) + outputs[self._fail[node]]
-                hold[node] = self._depth[node] if self._children[node] else hold[self._fail[node]]
-        self._outputs = outputs
-        self._hold = hold
 
     @property
     def stops(self) -> tuple[str, ...]:
@@ -202,3 +165,66 @@ class StopStringMatcher:
         if self._waiting:
             return max(hold, self._pos - min(m.start for m in self._waiting))
         return hold
+
+
+class _Automaton:
+    """The immutable part of a StopStringMatcher (see its docstring for the fields), shared by every
+    matcher of the same stops and boundary. `delta` is filled lazily, but each entry is a function
+    of (state, character) only, so whichever matcher fills it, all read the same transitions."""
+
+    __slots__ = ("stops", "word", "left", "right", "bits_mask", "children", "depth", "fail", "outputs", "hold",
+                 "delta")
+
+    def __init__(self, stops: tuple[str, ...], boundary: Boundary):
+        self.stops = stops
+        self.word = boundary == "word"
+        self.left = tuple(self.word and is_word_char(s[0]) for s in stops)
+        self.right = tuple(self.word and is_word_char(s[-1]) for s in stops)
+        self.bits_mask = (1 << (max(map(len, stops), default=0) + 1)) - 1
+        self.children: list[dict[str, int]] = [{}]
+        self.depth: list[int] = [0]
+        own: list[list[int]] = [[]]
+        for i, stop in enumerate(stops):
+            node = 0
+            for ch in stop:
+                nxt = self.children[node].get(ch)
+                if nxt is None:
+                    nxt = len(self.children)
+                    self.children[node][ch] = nxt
+                    self.children.append({})
+                    self.depth.append(self.depth[node] + 1)
+                    own.append([])
+                node = nxt
+            own[node].append(i)
+        self._build_links(own)
+        # Lazily filled full transition table: delta[n][ch] = next state (saves fail-chain walks).
+        self.delta: list[dict[str, int]] = [dict(c) for c in self.children]
+
+    def _build_links(self, own: list[list[int]]) -> None:
+        n = len(self.children)
+        self.fail = [0] * n
+        outputs: list[tuple[int, ...]] = [()] * n
+        hold = [0] * n
+        order = [0]  # breadth-first: a node's fail target is always shallower, so already done
+        for node in order:
+            for ch, child in self.children[node].items():
+                order.append(child)
+                if node != 0:
+                    f = self.fail[node]
+                    while f and ch not in self.children[f]:
+                        f = self.fail[f]
+                    self.fail[child] = self.children[f].get(ch, 0)
+            if node:
+                outputs[node] = tuple(own[node]) + outputs[self.fail[node]]
+                hold[node] = self.depth[node] if self.children[node] else hold[self.fail[node]]
+        self.outputs = outputs
+        self.hold = hold
+
+
+@functools.lru_cache(maxsize=8)
+def _automaton(stops: tuple[str, ...], boundary: Boundary) -> _Automaton:
+    """A memo, not state: the automaton of 64 stops of 256 characters takes 20-100 ms to build, and a
+    request with n choices and several prompts builds one matcher per sequence on the engine thread
+    (256 of them took 33 s on a loaded 2-core host). With the memo they share one automaton (at most 8
+    are kept, a few MB each at the stop limits)."""
+    return _Automaton(stops, boundary)

@@ -10,6 +10,7 @@ from typing import Any, Iterator
 
 import jsonschema
 
+from haltwise.structured.schema_shape import shape_problem
 from haltwise.structured.spec import StructureError
 
 MAX_SCHEMA_DEPTH = 64
@@ -38,6 +39,9 @@ _ONE = ("additionalProperties", "items")                              # schema (
 
 def check_schema(schema: Any, param: str) -> None:
     """Raise StructureError(param, ...) unless `schema` is a valid schema using only ALLOWED keywords."""
+    problem = shape_problem(schema)   # bounded first: the checks below recurse
+    if problem is not None:
+        raise StructureError(param, problem)
     try:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as e:

@@ -11,6 +11,8 @@ import json as _json
 from dataclasses import dataclass, field
 from typing import Any
 
+from haltwise.structured.schema_shape import shape_problem
+
 MAX_CONSTRAINT_CHARS = 64 * 1024   # schema (as JSON text), regex or grammar; larger is a 400
 MAX_CHOICES = 1024
 # Between JSON tokens: nothing, one space, or 1-2 newlines and up to 20 indent characters (llama.cpp's
@@ -92,6 +94,11 @@ def _canonical_schema(schema: str | dict, param: str) -> str:
             schema = _json.loads(schema)
         except ValueError as e:
             raise StructureError(param, f"the schema is not valid JSON: {e}") from None
+        except RecursionError:
+            raise StructureError(param, "the schema nests too deeply") from None
+    problem = shape_problem(schema)   # before anything that recurses (json.dumps, the schema checks)
+    if problem is not None:
+        raise StructureError(param, problem)
     if not isinstance(schema, (dict, bool)):
         raise StructureError(param, "a JSON Schema must be an object (or true/false)")
     try:

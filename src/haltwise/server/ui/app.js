@@ -193,7 +193,7 @@ function init() {
   rf.addEventListener("change", () => { $("params").elements.schema.hidden = rf.value !== "json_schema"; });
   setMode("chat");
   loadModel();
-  state.refreshMetrics = pollMetrics(1000);
+  state.refreshMetrics = pollMetrics(1000, authHeaders);
 }
 
 init();

@@ -57,7 +57,7 @@ export function renderMetrics(samples) {
 
 // Poll every `periodMs`; returns `refresh()` for an immediate scrape (on send and on finish).
 // A failed scrape greys the panel instead of throwing. Only the latest scrape schedules the next.
-export function pollMetrics(periodMs = 1000) {
+export function pollMetrics(periodMs = 1000, headers = () => ({})) {  // headers: the key, for --protect-metrics
   const age = document.getElementById("metrics-age");
   const panel = document.getElementById("metrics");
   let timer = null, generation = 0;
@@ -65,7 +65,7 @@ export function pollMetrics(periodMs = 1000) {
     const mine = ++generation;
     clearTimeout(timer);
     try {
-      const r = await fetch("/metrics", { cache: "no-store" });
+      const r = await fetch("/metrics", { cache: "no-store", headers: headers() });
       if (!r.ok) throw new Error(`HTTP ${r.status}`);
       const text = await r.text();
       if (mine === generation) renderMetrics(parsePrometheus(text));
