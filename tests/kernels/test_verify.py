@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
-from haltwise.kernels import model_plan
+from haltwise.kernels import model_plan, plan
 from haltwise.kernels.formats import LinearFormat, LinearSource, float32_sum_bound, get
 from haltwise.kernels.planned_linear import PlannedLinear
 from haltwise.kernels.plan import BUCKETS
@@ -65,6 +65,7 @@ def test_broken_batch_invariance_fails():
 def test_a_linear_failing_verification_falls_back_at_engine_build(monkeypatch):
     monkeypatch.setattr(model_plan, "all_formats", lambda: [RowCountLeaks(), get("float32-native"), get("float32")])
     monkeypatch.setattr(RowCountLeaks, "tolerance", 1.0)    # the measuring check lets it through; verification must not
+    monkeypatch.setattr(plan, "fix_format", lambda group: RowCountLeaks.name)   # as if it had timed fastest
     engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20), tiny=True)
     report = engine.kernel_plan.verified
     layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
