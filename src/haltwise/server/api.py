@@ -16,6 +16,7 @@ from starlette.types import Receive, Scope, Send
 from haltwise.errors import HaltwiseError, ModelNotFound, Overloaded
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.server.chat_tools import prepare_chat
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
                                       TokenizeRequest)
@@ -37,6 +38,7 @@ class ServerState:
     metrics: ServerMetrics
     log_content: bool = False
     draining: bool = False      # set on SIGTERM: new generation requests get 503
+    tool_call_parser: str | None = None   # --tool-call-parser; None = chosen from the chat template
 
 
 def _state(request: Request) -> ServerState:
@@ -176,15 +178,13 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI chat completions; the messages go through the model's chat template."""
     st, params, tok = _begin(request, body)
-    try:
-        text = tok.apply_chat_template(body.template_messages(), add_generation_prompt=True)
-    except ValueError as exc:
-        raise ParamError("messages", str(exc)) from exc
+    plan, params, text = prepare_chat(body, params, tok, st.tool_call_parser)   # tools: server/chat_tools.py
+    tools = plan.constraint if plan is not None else None
     prompt = tok.encode(text, add_special_tokens=False)
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
-    chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage)
+    chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage, tool_calls=tools)
     return await _generate(request, st, rid, [prompt], [text], params, body.stream,
-                           lambda outs: chat_body(rid, created, model, outs[0], tok), chunker)
+                           lambda outs: chat_body(rid, created, model, outs[0], tok, tools), chunker)
 
 
 @router.get("/v1/models")

@@ -22,6 +22,7 @@ import uvicorn
 from haltwise.engine.kv_cache import parse_memory
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
+from haltwise.toolcalls.formats.registry import ALIASES, FORMATS
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -46,6 +47,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
     a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
                                            "instead of starting a local one on 127.0.0.1")
+    a("--tool-call-parser", default=None, choices=sorted(FORMATS) + sorted(ALIASES), help="tool-call format: hermes (Qwen2.5), llama3_json, mistral "
+                                                "(default: chosen from the model's chat template)")
     a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
@@ -91,6 +94,7 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
     print(f"haltwise: {engine.describe()}", flush=True)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
                     log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui)
+    app.state.server.tool_call_parser = args.tool_call_parser
     config = uvicorn.Config(app, host=args.host, port=args.port, http="h11", log_level="info",
                             h11_max_incomplete_event_size=args.max_header_bytes,
                             timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))
