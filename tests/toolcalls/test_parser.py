@@ -72,3 +72,13 @@ def test_only_calls_means_no_content() -> None:
     r = parse(f, render(f, [("f", {}), ("g", {"x": 1})]))
     assert r.content is None and [c.name for c in r.calls] == ["f", "g"]
     assert parse(f, "Hello").content == "Hello" and parse(f, "Hello <tool").content == "Hello <tool"
+
+
+def test_hermes_reads_a_json_fence_as_a_call() -> None:
+    """Qwen2.5-Coder-0.5B's own habit: a ```json fence instead of <tool_call> (auto mode reads it too)."""
+    f = FORMATS["hermes"]
+    text = 'Sure.\n```json\n{"name": "f", "arguments": {"x": 1}}\n```'
+    r = parse(f, text)
+    assert r.content == "Sure." and [(c.name, c.arguments, c.complete) for c in r.calls] == [("f", '{"x": 1}', True)]
+    events, streamed = replay(f, text, list(range(len(text))))
+    assert streamed.content == r.content and "```" not in "".join(e.text for e in events if isinstance(e, Content))

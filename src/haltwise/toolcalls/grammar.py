@@ -1,6 +1,7 @@
 """The llguidance (Lark) grammar for tool calls of one request: a valid call from the token that opens it.
 
-    required / named:   start: section                       (parallel: sections or bodies repeat)
+    required / named:   start: section                       (parallel: sections or bodies repeat, and
+                                                              a last gap may end the answer)
     auto:               start: (TEXT section)* TEXT           (the section opens on the trigger)
     section:            trigger prefix body (separator body)* suffix
     body_i:             "{\"name\": \"<tool i>\", \"<args_key>\": " %json{<tool i's parameters>} "}"
@@ -37,22 +38,29 @@ def tool_grammar(fmt: ToolFormat, request: ToolRequest, token_id: Callable[[str]
     rules.append("body: " + " | ".join(f"body_{i}" for i in range(len(tools))))
     more = request.parallel and request.mode != "none"
     bodies = f"body ({lit(fmt.separator)} body)*" if more and fmt.separator is not None else "body"
-    rest = " ".join(x for x in (lit(fmt.prefix), bodies, lit(fmt.suffix)) if x)
-    trigger = lit(fmt.trigger)
+
+    def rest(prefix: str, suffix: str) -> str:
+        return " ".join(x for x in (lit(prefix), bodies, lit(suffix)) if x)
+
     if request.mode in ("required", "named"):
-        rules.append(f"section: {trigger} {rest}")
+        rules.append(f"section: {lit(fmt.trigger)} {rest(fmt.prefix, fmt.suffix)}")
         repeat = more and fmt.separator is None
         gap = lit(fmt.section_gap)
-        rules.append(f"start: section ({gap} section)*" if repeat and gap else
+        # a trailing newline may end the answer: writing the gap must not force another call
+        rules.append(f"start: section ({gap} section)* {gap}?" if repeat and gap else
                      "start: section+" if repeat else "start: section")
         return "\n".join(rules) + "\n"
-    # auto: free text, and a section wherever the model writes the trigger
-    rules.append(f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*{_regex(fmt.trigger)}(.|\\n)*/")
-    if trigger.startswith("<["):
-        rules.append(f"section: TEXT {trigger} {rest}")
-    else:
-        rules.append(f"opener[lazy]: TEXT {trigger}")
-        rules.append(f"section: opener {rest}")
+    # auto: free text, and a section wherever the model writes one of the triggers
+    triggers = "|".join(_regex(t) for t, _, _ in fmt.openers)
+    rules.append(f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*({triggers})(.|\\n)*/")
+    for i, (trig, prefix, suffix) in enumerate(fmt.openers):
+        trigger = lit(trig)
+        if trigger.startswith("<[") and " " not in trigger:
+            rules.append(f"section_{i}: TEXT {trigger} {rest(prefix, suffix)}")
+        else:
+            rules.append(f"opener_{i}[lazy]: TEXT {trigger}")
+            rules.append(f"section_{i}: opener_{i} {rest(prefix, suffix)}")
+    rules.append("section: " + " | ".join(f"section_{i}" for i in range(len(fmt.openers))))
     rules.append("start: section* TEXT" if more else "start: section? TEXT")
     return "\n".join(rules) + "\n"
 
@@ -81,4 +89,4 @@ class _Literal:
 
 
 def _regex(text: str) -> str:
-    return "".join("\\" + c if c in _REGEX_META else c for c in text)
+    return "".join("\\" + c if c in _REGEX_META else "\\n" if c == "\n" else c for c in text)

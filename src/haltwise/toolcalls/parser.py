@@ -11,8 +11,8 @@ feed(text) + finish(), and streaming equals it by construction.
 Invariants:
 - no part of a call section ever reaches a Content event: text that could still grow into the trigger
   is held back (like a possible stop string), and released once it cannot;
-- whitespace-only content is held back until non-blank content follows; at finish it is released only
-  if no call was made (so an answer of only calls has no content, streamed or not);
+- trailing whitespace of the content is held back until non-blank content follows; at finish it is
+  released only if no call was made (so an answer of only calls has no content, streamed or not);
 - argument fragments concatenate to the exact arguments text (a JSON object, tracked by a string-aware
   brace counter, so it ends exactly at its closing brace).
 After the trigger the text is fixed by the grammar; text that departs from it marks the parser broken
@@ -73,6 +73,7 @@ class ToolCallParser:
         self._in_string = False
         self._escape = False
         self._content: list[str] = []
+        self._opener = fmt.openers[0]   # (trigger, prefix, suffix) of the section being read
 
     # ---- feeding ----------------------------------------------------------------------------
     def feed(self, text: str) -> list[Event]:
@@ -88,7 +89,7 @@ class ToolCallParser:
         if self._state == "text":
             self._emit_content(self._buf, events)
             self._buf = ""
-        elif self._state == "after" and self.fmt.suffix == "" and not self._buf.strip():
+        elif self._state == "after" and self._opener[2] == "" and not self._buf.strip():
             self._state = "text"            # a section without a closing text ends with the text
         if not self.calls and self._blank:
             events.append(Content(self._blank))
@@ -126,14 +127,16 @@ class ToolCallParser:
         return False
 
     def _text(self, events: list[Event]) -> bool:
-        trigger = self.fmt.trigger
-        at = self._buf.find(trigger)
-        if at >= 0:
+        found = [(self._buf.find(o[0]), i) for i, o in enumerate(self.fmt.openers)]
+        found = [(at, i) for at, i in found if at >= 0]
+        if found:
+            at, i = min(found)
+            self._opener = self.fmt.openers[i]
             self._emit_content(self._buf[:at], events)
-            self._buf = self._buf[at + len(trigger):]
-            self._lit(self.fmt.prefix, "head")
+            self._buf = self._buf[at + len(self._opener[0]):]
+            self._lit(self._opener[1], "head")
             return True
-        keep = _possible_start(self._buf, trigger)
+        keep = max(_possible_start(self._buf, o[0]) for o in self.fmt.openers)
         self._emit_content(self._buf[:len(self._buf) - keep], events)
         self._buf = self._buf[len(self._buf) - keep:]
         return False
@@ -181,7 +184,7 @@ class ToolCallParser:
     def _after(self) -> bool:
         """Between a closed body and what follows: the separator (another body) or the section's end."""
         self.calls[-1].complete = True
-        sep, suffix = self.fmt.separator, self.fmt.suffix
+        sep, suffix = self.fmt.separator, self._opener[2]
         if sep is not None and self._buf.startswith(sep):
             self._buf = self._buf[len(sep):]
             self._lit('{"name": "', "name")
@@ -200,14 +203,13 @@ class ToolCallParser:
 
     # ---- output -----------------------------------------------------------------------------
     def _emit_content(self, text: str, events: list[Event]) -> None:
-        if not text:
-            return
-        if not text.strip():
-            self._blank += text
-            return
-        text, self._blank = self._blank + text, ""
-        self._content.append(text)
-        events.append(Content(text))
+        """Content out, its trailing whitespace held back until more content follows (split-invariant)."""
+        text = self._blank + text
+        kept = text.rstrip()
+        self._blank = text[len(kept):]
+        if kept:
+            self._content.append(kept)
+            events.append(Content(kept))
 
     def _emit_args(self, call: ParsedCall, text: str, events: list[Event]) -> None:
         if text:
