@@ -212,9 +212,19 @@ class ChatCompletionRequest(_GenerationRequest):
 
     def template_messages(self) -> list[dict[str, Any]]:
         """Messages for the chat template; tool fields kept as given (toolcalls/messages.py checks them)."""
-        return [{"role": m.role, "content": None if m.content is None and m.tool_calls else m.text(),
-                 "tool_calls": m.tool_calls, "tool_call_id": m.tool_call_id,
-                 **({"name": m.name} if m.role == "tool" and m.name else {})} for m in self.messages]
+        out = []
+        for m in self.messages:
+            message: dict[str, Any] = {"role": m.role, "content": m.text()}
+            if m.tool_calls:
+                message["tool_calls"] = m.tool_calls
+                if m.content is None:
+                    message["content"] = None
+            if m.tool_call_id is not None:
+                message["tool_call_id"] = m.tool_call_id
+            if m.role == "tool" and m.name:
+                message["name"] = m.name
+            out.append(message)
+        return out
 
 
 class TokenizeRequest(_Strict):
