@@ -41,11 +41,10 @@ def settle(term: Termination, params: Any, matcher: Any, text: str, text_was_cut
     params: its SamplingParams; matcher: its grammar matcher or None; text: the final text;
     text_was_cut: the final text is shorter than the text the matcher consumed (a stop string cut it).
     """
+    grammar_closed = matcher is not None and matcher.is_complete and not text_was_cut
     tool_calls = getattr(params, "tool_calls", None)
     if tool_calls is not None:
-        return tool_calls.settle(term, text)
-    if matcher is None:
-        return term
-    if matcher.is_complete and not text_was_cut:
+        return tool_calls.settle(term, text, grammar_closed)
+    if matcher is None or grammar_closed:
         return term
     return mark_incomplete(term, matcher.spec.describe())

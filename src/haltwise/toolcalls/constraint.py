@@ -41,12 +41,16 @@ class ToolCallConstraint:
     def parse(self, text: str) -> ParseResult:
         return parse(get_format(self.format_name), text)
 
-    def settle(self, term: Termination, text: str) -> Termination:
-        """The termination under the structure contract for tool calls (module docstring)."""
+    def settle(self, term: Termination, text: str, grammar_closed: bool = True) -> Termination:
+        """The termination under the structure contract for tool calls (module docstring).
+
+        grammar_closed: the call grammar reached its end (required / named: the whole answer is the
+        structure, so anything short of that -- even a cut between two calls -- is incomplete).
+        """
         result = self.parse(text)
         if result.open or result.broken or any(not c.complete for c in result.calls):
             return mark_incomplete(term, "tool call")
-        if self.mode != "auto" and not result.calls and term.reason not in (Reason.CANCELLED, Reason.ERROR):
+        if self.mode != "auto" and (not grammar_closed or not result.calls):
             return mark_incomplete(term, "tool call")
         problem = self.invalid_call(result)
         if problem:

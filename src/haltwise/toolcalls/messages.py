@@ -4,6 +4,8 @@
   content; OpenAI sends `arguments` as JSON text, templates (Qwen2.5's `tool_call.arguments | tojson`)
   want the object, so it is parsed here -- text that is not a JSON object is a 400;
 - a `tool` message needs `tool_call_id` (400 otherwise) and content.
+An assistant message with only calls gets content "" (falsy for templates that test it, readable for
+templates that do not know tool calls).
 ToolError carries the `param` (messages[i]....).
 """
 from __future__ import annotations
@@ -30,6 +32,7 @@ def _message(m: dict[str, Any], param: str) -> dict[str, Any]:
         out["tool_calls"] = [_call(c, f"{param}.tool_calls[{j}]") for j, c in enumerate(m["tool_calls"])]
         if not out["tool_calls"]:
             del out["tool_calls"]
+        out.setdefault("content", "")   # templates without tool support read message.content unguarded
     return out
 
 
