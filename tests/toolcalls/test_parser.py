@@ -82,3 +82,13 @@ def test_hermes_reads_a_json_fence_as_a_call() -> None:
     assert r.content == "Sure." and [(c.name, c.arguments, c.complete) for c in r.calls] == [("f", '{"x": 1}', True)]
     events, streamed = replay(f, text, list(range(len(text))))
     assert streamed.content == r.content and "```" not in "".join(e.text for e in events if isinstance(e, Content))
+
+
+def test_hermes_reads_a_bare_body_as_a_call() -> None:
+    f = FORMATS["hermes"]
+    text = 'Calling: {"name": "f", "arguments": {"x": [1]}} done'
+    r = parse(f, text)
+    assert r.content == "Calling: done" or r.content == "Calling:  done"
+    assert [(c.name, c.arguments, c.complete) for c in r.calls] == [("f", '{"x": [1]}', True)]
+    for cuts in ([], list(range(len(text)))):
+        assert replay(f, text, cuts)[1].content == r.content

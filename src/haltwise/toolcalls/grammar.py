@@ -39,8 +39,18 @@ def tool_grammar(fmt: ToolFormat, request: ToolRequest, token_id: Callable[[str]
     more = request.parallel and request.mode != "none"
     bodies = f"body ({lit(fmt.separator)} body)*" if more and fmt.separator is not None else "body"
 
-    def rest(prefix: str, suffix: str) -> str:
+    def rest(prefix: str | None, suffix: str) -> str:
         return " ".join(x for x in (lit(prefix), bodies, lit(suffix)) if x)
+
+    def rest_after(trigger: str, suffix: str) -> str:
+        """The bodies when the trigger is the beginning of a body (alternate opener with prefix None)."""
+        for j, tool in enumerate(tools):
+            head = fmt.body_head(tool.name)
+            assert head.startswith(trigger), (head, trigger)
+            schema = {**tool.schema, "x-guidance": COMPACT_JSON}
+            rules.append(f"tail_{j}: {json.dumps(head[len(trigger):])} %json {json.dumps(schema)} \"}}\"")
+        rules.append("tail: " + " | ".join(f"tail_{j}" for j in range(len(tools))))
+        return " ".join(x for x in ("tail", lit(suffix)) if x)
 
     if request.mode in ("required", "named"):
         rules.append(f"section: {lit(fmt.trigger)} {rest(fmt.prefix, fmt.suffix)}")
@@ -59,7 +69,8 @@ def tool_grammar(fmt: ToolFormat, request: ToolRequest, token_id: Callable[[str]
             rules.append(f"section_{i}: TEXT {trigger} {rest(prefix, suffix)}")
         else:
             rules.append(f"opener_{i}[lazy]: TEXT {trigger}")
-            rules.append(f"section_{i}: opener_{i} {rest(prefix, suffix)}")
+            body = rest(prefix, suffix) if prefix is not None else rest_after(trig, suffix)
+            rules.append(f"section_{i}: opener_{i} {body}")
     rules.append("section: " + " | ".join(f"section_{i}" for i in range(len(fmt.openers))))
     rules.append("start: section* TEXT" if more else "start: section? TEXT")
     return "\n".join(rules) + "\n"

@@ -133,8 +133,12 @@ class ToolCallParser:
             at, i = min(found)
             self._opener = self.fmt.openers[i]
             self._emit_content(self._buf[:at], events)
-            self._buf = self._buf[at + len(self._opener[0]):]
-            self._lit(self._opener[1], "head")
+            if self._opener[1] is None:     # the trigger is the body's own beginning
+                self._buf = self._buf[at:]
+                self._lit('{"name": "', "name")
+            else:
+                self._buf = self._buf[at + len(self._opener[0]):]
+                self._lit(self._opener[1], "head")
             return True
         keep = max(_possible_start(self._buf, o[0]) for o in self.fmt.openers)
         self._emit_content(self._buf[:len(self._buf) - keep], events)

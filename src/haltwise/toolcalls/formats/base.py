@@ -29,10 +29,11 @@ class ToolFormat:
     args_key: str = "arguments"
     section_gap: str = "\n"    # between sections (separator None) when the grammar writes several
     template_marks: tuple[str, ...] = ()   # chat-template text that identifies this format
-    alternates: tuple[tuple[str, str, str], ...] = ()   # more (trigger, prefix, suffix) openers, auto only
+    alternates: tuple[tuple[str, str | None, str], ...] = ()   # more (trigger, prefix, suffix) openers, auto
+                                                               # only; prefix None: the trigger begins the body
 
     @property
-    def openers(self) -> tuple[tuple[str, str, str], ...]:
+    def openers(self) -> tuple[tuple[str, str | None, str], ...]:
         """Every (trigger, prefix, suffix), the format's own first."""
         return ((self.trigger, self.prefix, self.suffix),) + self.alternates
 
