@@ -17,7 +17,7 @@ import pytest
 from tests.models.real_models import real_model_path
 from tests.server.browser_helpers import serve
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]  # default-flags start measures a kernel plan
 
 WEATHER = {"type": "function", "function": {
     "name": "get_weather", "description": "Get the current weather in a city",
