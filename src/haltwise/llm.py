@@ -10,6 +10,8 @@ from haltwise.engine.factory import build_engine
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping.intent import resolve_auto
+from haltwise.toolcalls import parse_tool_request, plan_tool_calls, template_messages
+from haltwise.toolcalls.response import chat_message
 
 Message = dict[str, Any]
 
@@ -41,16 +43,31 @@ class LLM:
         return self._run(ids, resolve_auto(params or SamplingParams(), texts))
 
     def chat(self, messages: list[Message] | list[list[Message]], params: SamplingParams | None = None,
-             add_generation_prompt: bool = True) -> list[RequestOutput]:
-        """One conversation (a list of messages) or several; rendered with the model's chat template."""
-        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
-        ids = [self.chat_prompt_ids(c, add_generation_prompt) for c in conversations]
-        last_user = [next((m["content"] for m in reversed(c) if m["role"] == "user"), None) for c in conversations]
-        return self._run(ids, resolve_auto(params or SamplingParams(), last_user))
+             add_generation_prompt: bool = True, tools: list[dict] | None = None, tool_choice: Any = None,
+             parallel_tool_calls: bool | None = None, tool_call_parser: str | None = None) -> list[RequestOutput]:
+        """One conversation (a list of messages) or several; rendered with the model's chat template.
 
-    def chat_prompt_ids(self, messages: list[Message], add_generation_prompt: bool = True) -> list[int]:
+        tools / tool_choice / parallel_tool_calls: as on /v1/chat/completions (toolcalls/); each output's
+        `tool_calls` then holds the calls in OpenAI's shape (and `text` the raw generated text).
+        Raises toolcalls.ToolError for an invalid definition.
+        """
+        conversations = [messages] if messages and isinstance(messages[0], dict) else messages
+        plan = plan_tool_calls(parse_tool_request(tools, tool_choice, parallel_tool_calls), self.tokenizer,
+                               tool_call_parser)
+        extra = plan.template_kwargs if plan is not None else {}
+        ids = [self.chat_prompt_ids(template_messages(c), add_generation_prompt, **extra) for c in conversations]
+        last_user = [next((m["content"] for m in reversed(c) if m["role"] == "user"), None) for c in conversations]
+        params = resolve_auto(params or SamplingParams(), last_user)
+        outs = self._run(ids, plan.apply(params) if plan is not None else params)
+        if plan is not None and plan.constraint is not None:
+            for out in outs:
+                for o in out.outputs:
+                    o.tool_calls = chat_message(plan.constraint, o.text, out.request_id, o.index).get("tool_calls", [])
+        return outs
+
+    def chat_prompt_ids(self, messages: list[Message], add_generation_prompt: bool = True, **extra: Any) -> list[int]:
         """The exact token ids the engine sees for a conversation (template rendered, special tokens parsed)."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt)
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=add_generation_prompt, **extra)
         return self.tokenizer.encode(text, add_special_tokens=False)
 
     def stream(self, prompt_token_ids: list[int], params: SamplingParams) -> Iterator[RequestOutput]:

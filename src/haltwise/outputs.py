@@ -23,6 +23,7 @@ class CompletionOutput:
     logprobs: list[TokenLogprob] | None = None
     delta_logprobs: list[TokenLogprob] | None = None
     termination: Termination | None = None
+    tool_calls: list[dict] | None = None  # offline LLM.chat with tools: the calls, OpenAI-shaped (toolcalls/)
 
     @property
     def finished(self) -> bool:

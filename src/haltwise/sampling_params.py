@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from haltwise.structured.spec import StructuredOutputs, StructureError
 
@@ -69,6 +70,7 @@ class SamplingParams:
     logprobs: int | None = None         # top logprobs per generated token
     truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
     structured_outputs: StructuredOutputs | None = None  # grammar-constrained decoding (a dict is converted)
+    tool_calls: Any = None              # toolcalls.constraint.ToolCallConstraint: how the text settles (set by a plan)
 
     def __post_init__(self) -> None:
         # Normalise list-like inputs so the dataclass stays hashable and immutable.

@@ -151,7 +151,8 @@ COMPLETION = {"prompt": "hi", "max_tokens": 2}
     ("/v1/completions", {"logit_bias": {"1": 5}}, "logit_bias"),
     ("/v1/chat/completions", {"messages": [{"role": "wizard", "content": "x"}]}, "messages[0].role"),
     ("/v1/chat/completions", {"messages": []}, "messages"),
-    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, "tools"),
+    ("/v1/chat/completions", {"messages": MSG, "tools": [{"type": "function"}]}, "tools[0].function"),
+    ("/v1/chat/completions", {"messages": MSG, "tool_choice": "required"}, "tool_choice"),
     ("/v1/chat/completions", {"messages": MSG, "max_completion_tokens": 0}, "max_completion_tokens"),
 ])
 def test_invalid_requests_are_400_with_param(tiny_server, path: str, patch: dict, param: str) -> None:

@@ -80,7 +80,7 @@ def test_completion_param_errors(body: dict, param: str) -> None:
 
 
 @pytest.mark.parametrize("extra, param", [
-    ({"tools": [{"type": "function"}]}, "tools"),
+    ({"functions": [{"name": "f"}]}, "functions"),
     ({"response_format": {"type": "json_schema"}}, "response_format.json_schema"),
     ({"top_logprobs": 2}, "top_logprobs"),
 ])

@@ -9,6 +9,7 @@ from haltwise.engine.sampler import SamplingRow
 from haltwise.engine.sequence import Sequence
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from haltwise.stopping.sequence_stopper import SequenceStopper
+from haltwise.stopping.structure_contract import settle
 from haltwise.structured.backend import Matcher
 from haltwise.stopping.termination import Layer, Reason, Termination
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
@@ -74,6 +75,8 @@ class SeqOutputState:
         # The record points at what the user actually got.
         token_index = self.seq.num_output_tokens - 1 if termination.layer is Layer.SYSTEM else termination.token_index
         termination = replace(termination, token_index=token_index, char_offset=len(self.output.text))
+        termination = settle(termination, self.seq.params, self.matcher, self.stopper.text,
+                             self.stopper.text_was_cut)
         self.output.termination = termination
         return termination
 

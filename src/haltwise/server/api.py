@@ -17,6 +17,7 @@ from haltwise.errors import HaltwiseError, ModelNotFound, Overloaded
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_prompt import chat_prompt
+from haltwise.server.chat_tools import prepare_chat
 from haltwise.server.limits import check_request_caps
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.protocol import (ChatCompletionRequest, CompletionRequest, DetokenizeRequest,
@@ -40,6 +41,7 @@ class ServerState:
     log_content: bool = False
     draining: bool = False      # set on SIGTERM: new generation requests get 503
     allow_special_tokens_in_content: bool = False  # user/tool text may spell control tokens (old rule)
+    tool_call_parser: str | None = None   # --tool-call-parser; None = chosen from the chat template
 
 
 def _state(request: Request) -> ServerState:
@@ -180,11 +182,13 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI chat completions; the messages go through the model's chat template."""
     st, params, tok = _begin(request, body)
-    text, prompt = chat_prompt(request, body.template_messages())
+    plan, params, messages, template_kwargs = prepare_chat(body, params, tok, st.tool_call_parser)  # chat_tools.py
+    tools = plan.constraint if plan is not None else None
+    text, prompt = chat_prompt(request, messages, **template_kwargs)
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
-    chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage)
+    chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage, tool_calls=tools)
     return await _generate(request, st, rid, [prompt], [text], params, body.stream,
-                           lambda outs: chat_body(rid, created, model, outs[0], tok), chunker)
+                           lambda outs: chat_body(rid, created, model, outs[0], tok, tools), chunker)
 
 
 @router.get("/v1/models")

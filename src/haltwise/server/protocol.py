@@ -6,9 +6,11 @@ Per OpenAI field, one of three decisions (README lists them too):
   echo; plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
 - accepted and ignored: `user`, `store`, `metadata`, `service_tier` -- bookkeeping for OpenAI's platform
   that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
-- rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n, `tools`,
-  `tool_choice`, `functions`, `function_call`, `parallel_tool_calls`,
+- rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n,
+  `functions`, `function_call` (the legacy names of tools),
   `audio`, `modalities`, `prediction`, `reasoning_effort`, `echo` with `logprobs` (no prompt logprobs).
+Tool calling (chat only): `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and `tool`
+messages with `tool_call_id` -- validated and planned by haltwise.toolcalls (server/chat_tools.py).
 Structured outputs (both routes): `response_format` {type: text | json_object | json_schema}, vLLM's
 `structured_outputs` and the legacy `guided_json / guided_regex / guided_choice / guided_grammar`
 (+ `guided_whitespace_pattern`); at most one of the three ways per request (see structured_outputs.py).
@@ -166,6 +168,8 @@ class ChatMessage(_Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
+    tool_calls: list[dict[str, Any]] | None = None     # assistant: calls it made (checked by toolcalls/messages.py)
+    tool_call_id: str | None = None                    # tool: the call this message answers
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -192,8 +196,7 @@ class ChatCompletionRequest(_GenerationRequest):
     reasoning_effort: str | None = None
 
     def to_sampling_params(self) -> SamplingParams:
-        for name in ("tools", "tool_choice", "functions", "function_call", "parallel_tool_calls",
-                     "audio", "modalities", "prediction", "reasoning_effort"):
+        for name in ("functions", "function_call", "audio", "modalities", "prediction", "reasoning_effort"):
             if getattr(self, name) is not None:
                 raise ParamError(name, f"{name} is not supported by haltwise")
         if self.top_logprobs is not None and not self.logprobs:
@@ -207,8 +210,21 @@ class ChatCompletionRequest(_GenerationRequest):
         users = [m.text() for m in self.messages if m.role == "user"]
         return users[-1] if users else None
 
-    def template_messages(self) -> list[dict[str, str]]:
-        return [{"role": m.role, "content": m.text()} for m in self.messages]
+    def template_messages(self) -> list[dict[str, Any]]:
+        """Messages for the chat template; tool fields kept as given (toolcalls/messages.py checks them)."""
+        out = []
+        for m in self.messages:
+            message: dict[str, Any] = {"role": m.role, "content": m.text()}
+            if m.tool_calls:
+                message["tool_calls"] = m.tool_calls
+                if m.content is None:
+                    message["content"] = None
+            if m.tool_call_id is not None:
+                message["tool_call_id"] = m.tool_call_id
+            if m.role == "tool" and m.name:
+                message["name"] = m.name
+            out.append(message)
+        return out
 
 
 class TokenizeRequest(_Strict):

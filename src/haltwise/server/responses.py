@@ -11,6 +11,8 @@ from typing import Any, Callable
 from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from haltwise.stopping.termination import Reason
+from haltwise.toolcalls.constraint import ToolCallConstraint
+from haltwise.toolcalls.response import ToolDeltaStream, chat_message
 
 
 def raise_if_failed(out: RequestOutput) -> None:
@@ -84,8 +86,9 @@ def completion_body(rid: str, created: int, model: str, outs: list[RequestOutput
             "choices": choices, "usage": usage(outs)}
 
 
-def chat_body(rid: str, created: int, model: str, out: RequestOutput, tokenizer: Any) -> dict[str, Any]:
-    choices = [{"index": o.index, "message": {"role": "assistant", "content": o.text},
+def chat_body(rid: str, created: int, model: str, out: RequestOutput, tokenizer: Any,
+              tool_calls: ToolCallConstraint | None = None) -> dict[str, Any]:
+    choices = [{"index": o.index, "message": chat_message(tool_calls, o.text, rid, o.index),
                 "logprobs": chat_logprobs(tokenizer, o.logprobs), **end_fields(o, out)} for o in out.outputs]
     return {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage([out])}
@@ -95,8 +98,11 @@ class Chunker:
     """Turns merged updates into stream chunks; each choice's final chunk is sent exactly once."""
 
     def __init__(self, chat: bool, rid: str, created: int, model: str, n: int, tokenizer: Any,
-                 include_usage: bool, echo: Callable[[int, RequestOutput], str] | None = None):
+                 include_usage: bool, echo: Callable[[int, RequestOutput], str] | None = None,
+                 tool_calls: ToolCallConstraint | None = None):
         self.chat, self.rid, self.created, self.model, self.n = chat, rid, created, model, n
+        self.tool_calls = tool_calls          # chat with tools: deltas go through a ToolDeltaStream per choice
+        self.tool_streams: dict[int, ToolDeltaStream] = {}
         self.tokenizer = tokenizer
         self.include_usage = include_usage
         self.echo = echo
@@ -137,7 +143,12 @@ class Chunker:
             ended = o.finished
             if ended:
                 self.ended.add(index)
-            if self.chat:
+            if self.chat and self.tool_calls is not None:
+                choices += self._tool_choices(index, o, ended)
+                choice = {"index": index, "delta": {}, "logprobs": None}
+                if not ended:
+                    continue
+            elif self.chat:
                 delta = {"content": o.delta_text} if o.delta_text or not ended else {}
                 choice = {"index": index, "delta": delta,
                           "logprobs": chat_logprobs(self.tokenizer, o.delta_logprobs)}
@@ -146,7 +157,18 @@ class Chunker:
                           "logprobs": completion_logprobs(self.tokenizer, o.delta_logprobs, offset + len(prefix))}
             choice.update(end_fields(o, out) if ended else {"finish_reason": None, "stop_reason": None})
             choices.append(choice)
+        if self.tool_calls is not None:      # one chunk per delta: a call's events stay in order
+            return [self._chunk(c) for c in [roles] + [[c] for c in choices] if c]
         return [self._chunk(c) for c in (roles, choices) if c]
+
+    def _tool_choices(self, index: int, o: CompletionOutput, ended: bool) -> list[dict[str, Any]]:
+        """The content / tool-call deltas of this update (held-back text released at the end)."""
+        stream = self.tool_streams.get(index)
+        if stream is None:
+            stream = self.tool_streams[index] = ToolDeltaStream(self.tool_calls, self.rid, index)
+        deltas = stream.feed(o.delta_text) + (stream.finish() if ended else [])
+        return [{"index": index, "delta": d, "logprobs": None, "finish_reason": None, "stop_reason": None}
+                for d in deltas]
 
     def usage_chunk(self) -> dict[str, Any] | None:
         if not self.include_usage:

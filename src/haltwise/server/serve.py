@@ -24,6 +24,7 @@ from haltwise.server import connections, limits, secrets
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
+from haltwise.toolcalls.formats.registry import ALIASES, FORMATS
 
 DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
@@ -57,6 +58,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
     a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
                                            "instead of starting a local one on 127.0.0.1")
+    a("--tool-call-parser", default=None, choices=sorted(FORMATS) + sorted(ALIASES), help="tool-call format: hermes (Qwen2.5), llama3_json, mistral "
+                                                "(default: chosen from the model's chat template)")
     a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
@@ -113,6 +116,7 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     allowed_hosts=hosts, cors_origins=_split(args.cors_origins), protect_metrics=args.protect_metrics,
                     body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args))
+    app.state.server.tool_call_parser = args.tool_call_parser
     config = connections.uvicorn_config(app, args.host, args.port, conn, log_level="info",
                                         h11_max_incomplete_event_size=args.max_header_bytes,
                                         timeout_graceful_shutdown=max(1, int(args.shutdown_grace)))

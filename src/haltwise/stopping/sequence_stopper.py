@@ -261,6 +261,11 @@ class SequenceStopper:
         return self._final if self._final is not None else "".join(self._released_parts)
 
     @property
+    def text_was_cut(self) -> bool:
+        """Once finished: the final text is shorter than the text taken in (a stop cut it)."""
+        return self._final is not None and len(self._final) < self._fed
+
+    @property
     def num_output_tokens_kept(self) -> int:
         """Output tokens that count: up to the one completing a stop; later ones are dropped."""
         return self._num_tokens if self._kept is None else self._kept

@@ -20,6 +20,7 @@ class Reason(str, Enum):
     STOP_STRING = "stop_string"
     STOP_TOKEN = "stop_token"
     GRAMMAR = "grammar"          # the structure asked for (response_format / structured_outputs) is complete
+    TOOL_CALL = "tool_call"      # the output is one or more complete, valid tool calls (toolcalls/)
     MAX_TOKENS = "max_tokens"
     CONTEXT_LIMIT = "context_limit"
     REPETITION = "repetition"
@@ -41,6 +42,7 @@ _LAYER = {
     Reason.TIMEOUT: Layer.SYSTEM, Reason.CANCELLED: Layer.SYSTEM, Reason.ERROR: Layer.SYSTEM,
     Reason.MAX_TOKENS: Layer.ENGINE, Reason.CONTEXT_LIMIT: Layer.ENGINE,
     Reason.STOP_STRING: Layer.BUSINESS, Reason.STOP_TOKEN: Layer.BUSINESS, Reason.GRAMMAR: Layer.BUSINESS,
+    Reason.TOOL_CALL: Layer.BUSINESS,
     Reason.REPETITION: Layer.RULE,
     Reason.EOS: Layer.MODEL,
 }
@@ -48,6 +50,7 @@ _FINISH = {
     Reason.TIMEOUT: "length", Reason.CANCELLED: None, Reason.ERROR: "error",
     Reason.MAX_TOKENS: "length", Reason.CONTEXT_LIMIT: "length",
     Reason.STOP_STRING: "stop", Reason.STOP_TOKEN: "stop", Reason.GRAMMAR: "stop", Reason.REPETITION: "stop", Reason.EOS: "stop",
+    Reason.TOOL_CALL: "tool_calls",
 }
 
 
@@ -58,6 +61,9 @@ class Termination:
     token_index: index (in the output tokens) of the last token that counts, or -1 if none.
     char_offset: length of the returned text where it was cut (the stop string's start, or the end).
     stop_reason: vLLM's field: the matched stop string or stop token id, else None.
+    structure_incomplete: a structure (grammar, tool call) was open where the text ended. Invariant
+        (SPEC §11): then finish_reason is never "stop" / "tool_calls" but "length" -- the reason still
+        names the layer that cut (stopping/structure_contract.py sets it).
     """
 
     reason: Reason
@@ -65,6 +71,7 @@ class Termination:
     token_index: int = -1
     char_offset: int = 0
     stop_reason: str | int | None = None
+    structure_incomplete: bool = False
 
     @property
     def layer(self) -> Layer:
@@ -72,7 +79,10 @@ class Termination:
 
     @property
     def finish_reason(self) -> str | None:
-        return self.reason.finish_reason
+        finish = self.reason.finish_reason
+        if self.structure_incomplete and finish in ("stop", "tool_calls"):
+            return "length"
+        return finish
 
     def to_dict(self) -> dict:
         return {"reason": self.reason.value, "layer": self.layer.value, "detail": self.detail,

@@ -83,6 +83,8 @@ class StructuredOutputs:
         """Names the constraint, for termination details: "json_schema 'person'", "regex", "choice"."""
         if self.kind == "json":
             return f"json_schema {self.name!r}" if self.name else "json_schema"
+        if self.kind == "grammar" and self.name:
+            return self.name       # e.g. "tool call" (toolcalls/grammar.py names its grammars)
         return self.kind
 
 

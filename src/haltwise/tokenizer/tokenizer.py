@@ -160,6 +160,10 @@ class Tokenizer:
         added = self._tk.get_added_tokens_decoder()
         return {added[i].content: i for i in sorted(self.special_token_ids)}
 
+    def added_token_texts(self) -> dict[str, int]:
+        """Text -> id of every added token (special or not, e.g. Qwen2.5's `<tool_call>`): one token each."""
+        return {t.content: i for i, t in self._tk.get_added_tokens_decoder().items()}
+
     # ---- chat ---------------------------------------------------------------------------------
     def apply_chat_template(self, messages: Sequence[Mapping[str, Any]], add_generation_prompt: bool = True,
                             **extra: Any) -> str:

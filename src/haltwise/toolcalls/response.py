@@ -1,0 +1,59 @@
+"""OpenAI chat shapes for tool calls: the answer's message, and the stream's deltas (same parser).
+
+    message: {"role": "assistant", "content": <text outside calls> | None, "tool_calls": [
+                 {"id", "type": "function", "function": {"name", "arguments": <JSON text>}}]}
+    deltas:  per call: {"tool_calls": [{"index", "id", "type", "function": {"name", "arguments": ""}}]} first,
+             then {"tool_calls": [{"index", "function": {"arguments": <fragment>}}]}; content as {"content"}.
+Call ids are derived from the response id, the choice and the call's index, so the streamed and the
+non-streamed answer to a request name their calls alike.
+"""
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from haltwise.toolcalls.constraint import ToolCallConstraint
+from haltwise.toolcalls.parser import Arguments, CallStart, Content, Event, ParseResult
+
+
+def call_id(response_id: str, choice: int, index: int) -> str:
+    return "call_" + hashlib.sha256(f"{response_id}:{choice}:{index}".encode()).hexdigest()[:24]
+
+
+def openai_tool_calls(result: ParseResult, response_id: str, choice: int) -> list[dict[str, Any]]:
+    return [{"id": call_id(response_id, choice, i), "type": "function",
+             "function": {"name": c.name, "arguments": c.arguments}} for i, c in enumerate(result.calls)]
+
+
+def chat_message(constraint: ToolCallConstraint | None, text: str, response_id: str, choice: int) -> dict[str, Any]:
+    """The assistant message of a non-streamed answer."""
+    if constraint is None:
+        return {"role": "assistant", "content": text}
+    result = constraint.parse(text)
+    message: dict[str, Any] = {"role": "assistant", "content": result.content}
+    if result.calls:
+        message["tool_calls"] = openai_tool_calls(result, response_id, choice)
+    return message
+
+
+class ToolDeltaStream:
+    """One choice's stream: text deltas in, OpenAI delta dicts out (one dict per event)."""
+
+    def __init__(self, constraint: ToolCallConstraint, response_id: str, choice: int):
+        self._parser = constraint.parser()
+        self._rid, self._choice = response_id, choice
+
+    def feed(self, text: str) -> list[dict[str, Any]]:
+        return [self._delta(e) for e in self._parser.feed(text)] if text else []
+
+    def finish(self) -> list[dict[str, Any]]:
+        return [self._delta(e) for e in self._parser.finish()]
+
+    def _delta(self, e: Event) -> dict[str, Any]:
+        if isinstance(e, Content):
+            return {"content": e.text}
+        if isinstance(e, CallStart):
+            return {"tool_calls": [{"index": e.index, "id": call_id(self._rid, self._choice, e.index),
+                                    "type": "function", "function": {"name": e.name, "arguments": ""}}]}
+        assert isinstance(e, Arguments)
+        return {"tool_calls": [{"index": e.index, "function": {"arguments": e.text}}]}
