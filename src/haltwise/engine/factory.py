@@ -17,7 +17,7 @@ from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.native import build as native_kernels
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.plan import KernelPlan
-from haltwise.kernels.verify import CALIBRATION_TEXT
+from haltwise.models.calibration import CALIBRATION_TEXT, capture_inputs
 from haltwise.models.loader import load_model
 from haltwise.models.native_decode import NativeDecode
 from haltwise.tokenizer.tokenizer import Tokenizer
@@ -92,7 +92,8 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, token
     start = time.perf_counter()
     native_kernels.load()    # build or load the extension now, never inside a step (the watchdog would fire)
     calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:CALIBRATION_TOKENS]
-    plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant, calibration_ids=calibration)
+    plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant,
+                              captured=capture_inputs(model, calibration))
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
     model.model.native_decode = None
     if config.native_decode:

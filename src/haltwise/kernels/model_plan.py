@@ -14,7 +14,7 @@ from haltwise.kernels.host import HostInfo, probe
 from haltwise.kernels.native import build
 from haltwise.kernels.plan import BUCKETS, FALLBACK, INVARIANT_FALLBACKS, KernelPlan, group_sources, measure_plan
 from haltwise.kernels.planned_linear import PlannedLinear, apply_plan, linear_sources
-from haltwise.kernels.verify import VerifyReport, capture_inputs, verify_model
+from haltwise.kernels.verify import VerifyReport, verify_model
 
 log = logging.getLogger("haltwise.kernels")
 
@@ -27,20 +27,19 @@ def native_identity() -> str:
 
 def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFormat] | None = None,
                host: HostInfo | None = None, use_cache: bool = True, batch_invariant: bool = False,
-               calibration_ids: list[int] | None = None) -> tuple[KernelPlan, dict[str, int]]:
+               captured: dict[str, "torch.Tensor"] | None = None) -> tuple[KernelPlan, dict[str, int]]:
     """Measure (or read from the cache) the plan for every nn.Linear of `model`, then apply it.
 
     model_path identifies the weights for the cache (None: an in-memory model, keyed by its shapes only).
     batch_invariant: one batch-invariant format per linear (the default path; kernels/plan.py).
-    calibration_ids: when given, every planned linear is verified on this text's activations
-    (kernels/verify.py) and a failing one falls back. Returns the plan and how many linears run each format.
+    captured: {linear name: real input rows} (models/calibration.py); when given, every planned linear is
+    verified on them (kernels/verify.py) and a failing one falls back. Returns the plan and how many linears run each format.
     """
     host = host or probe()
     formats = all_formats() if formats is None else formats
     sources = list(linear_sources(model))
     if hasattr(model, "config"):  # raw GGUF blocks for the native formats (kernels/gguf_blocks.py)
         attach_gguf_blocks([s for _, _, s in sources], model_path, model.config)
-    captured = capture_inputs(model, calibration_ids) if calibration_ids else None
     groups = group_sources(s for _, _, s in sources)
     shapes = hashlib.sha256(",".join(sorted(groups)).encode()).hexdigest()[:12]
     key = plan_cache.plan_key(host, plan_cache.model_identity(model_path), registry_version(formats),

@@ -1,7 +1,7 @@
 """Verify the plan where it runs: every linear, every row bucket, on activations of a real forward pass.
 
 At every engine build (measured or cached plan alike), before any request:
-  1. `capture_inputs` runs the model once in plain float32 over a calibration text and records each
+  1. models/calibration.py runs the model once in plain float32 over a calibration text and records each
      linear's input rows -- the model's real activations, outlier channels included.
   2. `verify_linear` runs the linear's planned format at every row bucket it can see (rows tiled from the
      captured ones up to 256; lm_head up to its max_rows) and holds each output to the format's own
@@ -26,43 +26,11 @@ from haltwise.kernels.planned_linear import PlannedLinear
 
 log = logging.getLogger("haltwise.kernels")
 
-# Plain English prose with digits, punctuation and code: ordinary activations and their outliers.
-CALIBRATION_TEXT = (
-    "The harbour was quiet at dawn. A young sailor counted 17 crates, checked the ropes twice and wrote "
-    "in his log: \"Wind NE 12 knots; tide 3.4 m at 06:15.\" Then he asked the captain, 'Do we sail today?' "
-    "def total(xs):\n    return sum(x * 2 for x in xs)  # doubled\n{\"name\": \"Tom\", \"age\": 3}")
-
-
 @dataclass
 class VerifyReport:
     checked: int = 0                                     # (linear, bucket) cells checked
     worst: float = 0.0                                   # largest max|y - ref| / bound over all cells
     failures: dict[str, str] = field(default_factory=dict)   # linear name -> why
-
-
-def capture_inputs(model: nn.Module, token_ids: list[int]) -> dict[str, torch.Tensor]:
-    """{linear name: (T, in) float32 input rows} from one float32 prefill of token_ids (Python layers)."""
-    from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
-    from haltwise.models.attention import AttentionMetadata
-
-    config, block = model.config, 16
-    T = len(token_ids)
-    num_blocks = -(-T // block)
-    kv = allocate_kv_caches(config, KVBudget(config.kv_bytes_per_token("float32"), block, num_blocks), "float32")
-    meta = AttentionMetadata(slot_mapping=torch.arange(T), query_start_loc=[0, T], seq_lens=[T],
-                             block_tables=torch.arange(num_blocks)[None, :], block_size=block).prepare()
-    captured: dict[str, torch.Tensor] = {}
-    hooks = [module.register_forward_hook(lambda m, args, out, name=name: captured.__setitem__(
-                 name, args[0].detach().reshape(-1, args[0].shape[-1]).float().clone()))
-             for name, module in model.named_modules() if isinstance(module, nn.Linear)]
-    native, model.model.native_decode = model.model.native_decode, None
-    try:
-        model(torch.tensor(token_ids), torch.arange(T), kv, meta, torch.arange(T))
-    finally:
-        model.model.native_decode = native
-        for h in hooks:
-            h.remove()
-    return captured
 
 
 def _rows(captured: torch.Tensor, rows: int) -> torch.Tensor:
