@@ -27,7 +27,7 @@ from gguf import GGMLQuantizationType, GGUFReader
 
 from haltwise.config import ModelConfig
 from haltwise.kernels.formats import GGUFShard, LinearSource
-from haltwise.models.gguf_reader import hf_name, unpermute_qk
+from haltwise.models.gguf_reader import hf_name, open_gguf, unpermute_qk
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 # HF leaf -> (fused linear leaf, shard position)
@@ -89,7 +89,7 @@ def linear_shards(reader: GGUFReader, config: ModelConfig) -> dict[str, list[GGU
 
 def read_linear_shards(path: Path, config: ModelConfig) -> dict[str, list[GGUFShard]]:
     """linear_shards for a GGUF file on disk. The arrays map the file (read-only, no copy) except q/k."""
-    return linear_shards(GGUFReader(path), config)
+    return linear_shards(open_gguf(path), config)
 
 
 def attach_gguf_blocks(sources: list[LinearSource], model_path: Path | None, config: ModelConfig) -> int:

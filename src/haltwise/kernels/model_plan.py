@@ -17,6 +17,7 @@ from haltwise.kernels.planned_linear import PlannedLinear, apply_plan, linear_so
 from haltwise.kernels.verify import VerifyReport, verify_model
 
 log = logging.getLogger("haltwise.kernels")
+CACHED_CHECK_ROWS = 64   # a cached plan is re-verified up to this bucket (kernels/verify.py)
 
 
 def native_identity() -> str:
@@ -55,12 +56,14 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     by_name = {f.name: f for f in formats}
     counts = apply_plan(model, plan, by_name, sources)
     if captured is not None:
-        plan.verified = verify(model, sources, captured, by_name, batch_invariant)
+        plan.verified = verify(model, sources, captured, by_name, batch_invariant,
+                               max_rows=CACHED_CHECK_ROWS if plan.from_cache else BUCKETS[-1])
         counts = format_counts(model)
     return plan, counts
 
 
-def verify(model: nn.Module, sources, captured, formats: dict[str, LinearFormat], batch_invariant: bool) -> VerifyReport:
+def verify(model: nn.Module, sources, captured, formats: dict[str, LinearFormat], batch_invariant: bool,
+           max_rows: int = BUCKETS[-1]) -> VerifyReport:
     """verify_model over the applied plan; a failing linear is re-planned onto the fallback formats."""
     by_name = {source.name: (parent, attr, source) for parent, attr, source in sources}
     fallbacks = [n for n in (*(INVARIANT_FALLBACKS if batch_invariant else ()), FALLBACK) if n in formats]
@@ -72,7 +75,7 @@ def verify(model: nn.Module, sources, captured, formats: dict[str, LinearFormat]
         return layer.bucket_formats[0]
 
     weights = {name: (source.weight, source.max_rows) for name, (_, _, source) in by_name.items()}
-    report = verify_model(model, weights, captured, replan)
+    report = verify_model(model, weights, captured, replan, max_rows)
     log.info("kernel plan verified: %d (linear, row bucket) cells on real activations, worst error %.2f of "
              "its bound, %d linears fell back", report.checked, report.worst, len(report.failures))
     return report

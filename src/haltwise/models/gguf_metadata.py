@@ -26,14 +26,28 @@ def _array_len(reader: GGUFReader, key: str) -> int | None:
     return len(f.data)
 
 
+# The last file opened, by (resolved path, size, mtime): the loader and the kernel plan's block reader open
+# the same file during one engine build, and parsing its metadata (the whole vocabulary) takes seconds.
+# Readers are read-only views of a read-only map of the file, so sharing one is safe.
+_last_opened: dict[tuple[str, int, int], GGUFReader] = {}
+
+
 def open_gguf(path: Path) -> GGUFReader:
     """A reader for `path`, or ModelLoadError if it is missing or not a GGUF file."""
+    path = Path(path)
     if not path.is_file():
         raise ModelLoadError(f"{path}: model file not found")
+    stat = path.stat()
+    key = (str(path.resolve()), stat.st_size, stat.st_mtime_ns)
+    if key in _last_opened:
+        return _last_opened[key]
     try:
-        return GGUFReader(path)
+        reader = GGUFReader(path)
     except Exception as e:  # gguf raises ValueError / struct errors for anything malformed
         raise ModelLoadError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
+    _last_opened.clear()
+    _last_opened[key] = reader
+    return reader
 
 
 def _rope_scaling(reader: GGUFReader, arch: str, window: int) -> dict[str, Any] | None:
