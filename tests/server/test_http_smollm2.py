@@ -75,7 +75,7 @@ def test_client_disconnect_aborts_nonstream_and_stream(smol) -> None:
     body = b'{"prompt": "Once upon a time", "max_tokens": 2000, "ignore_eos": true}'
     port = int(url.rsplit(":", 1)[1])
     with socket.create_connection(("127.0.0.1", port)) as s:
-        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+        s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
                   b"Content-Length: " + str(len(body)).encode() + b"\r\n\r\n" + body)
         assert wait_until(lambda: metric(url, "haltwise_requests_running") == 1)
     assert wait_until(lambda: metric(url, "haltwise_requests_finished_total", finish_reason="none",

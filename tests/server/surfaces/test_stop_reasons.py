@@ -24,6 +24,8 @@ def test_cut_texts_are_incomplete_complete_texts_are_not(reason: Reason) -> None
     elif reason.finish_reason == "stop":
         assert words.anthropic in ("end_turn", "stop_sequence") and words.status == "completed"
         assert words.incomplete is None
+    elif reason.finish_reason == "tool_calls":   # the model called a tool (issue 23's business-layer reason)
+        assert (words.anthropic, words.status, words.incomplete) == ("tool_use", "completed", None)
     else:                                  # error / cancelled: no answer to map
         assert words.anthropic is None and words.status in ("failed", "cancelled")
 
