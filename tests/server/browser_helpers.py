@@ -80,7 +80,9 @@ class Browser:
 
     def open(self, url: str) -> Any:
         self.problems = []
-        page = self.browser.new_page(viewport={"width": 1280, "height": 900})
+        # bypass_csp: Playwright's wait_for_function evaluates strings, which the page's CSP (script-src
+        # 'self', no eval) forbids; the page's own code never needs eval (test_edge_security checks the header).
+        page = self.browser.new_page(viewport={"width": 1280, "height": 900}, bypass_csp=True)
         page.on("console", lambda m: self.problems.append(f"{m.type}: {m.text}")
                 if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))

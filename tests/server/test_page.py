@@ -138,7 +138,7 @@ def test_api_key_page_loads_and_asks_for_the_key(browser: Browser) -> None:
     with ServerThread(build_app(tiny_engine(), "tiny", api_key="s3cret")) as server:
         assert httpx.get(server.url + "/").status_code == 200            # the page itself is public
         assert httpx.get(server.url + "/v1/models").status_code == 401   # its API calls are not
-        page = browser.browser.new_page()
+        page = browser.browser.new_page(bypass_csp=True)
         page.goto(server.url)
         page.wait_for_selector("#notice:not([hidden])")
         assert "API key" in page.inner_text("#notice")

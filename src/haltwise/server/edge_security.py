@@ -26,7 +26,7 @@ from haltwise.server.errors import error_body
 
 LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "[::1]")
 JSON_METHODS = frozenset({"POST", "PUT", "PATCH"})
-PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; "
+PAGE_CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; style-src-attr 'unsafe-inline'; connect-src 'self'; img-src 'self' data:; "
             "base-uri 'none'; form-action 'none'; frame-ancestors 'none'")
 
 
