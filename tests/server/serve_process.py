@@ -33,7 +33,7 @@ class ServeProcess:
     def __enter__(self) -> "ServeProcess":
         self.proc = subprocess.Popen(self.cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      env=self.env)
-        if not wait_until(lambda: self.proc.poll() is not None or self._up(), 120) or self.proc.poll() is not None:
+        if not wait_until(lambda: self.proc.poll() is not None or self._up(), 300) or self.proc.poll() is not None:
             self.__exit__()
             raise RuntimeError(f"serve did not start: {self.output()}")
         return self
