@@ -24,6 +24,11 @@ class CompletionOutput:
     delta_logprobs: list[TokenLogprob] | None = None
     termination: Termination | None = None
     tool_calls: list[dict] | None = None  # offline LLM.chat with tools: the calls, OpenAI-shaped (toolcalls/)
+    # A think section (stopping/reasoning.py), split from `text`; the tags are in neither. Not held back:
+    # stops never act on it, so concatenated deltas always equal the final reasoning text.
+    reasoning_text: str = ""
+    delta_reasoning_text: str = ""
+    num_reasoning_tokens: int = 0       # reasoning tokens so far (tags not counted)
 
     @property
     def finished(self) -> bool:

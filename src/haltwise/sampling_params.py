@@ -71,6 +71,10 @@ class SamplingParams:
     truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
     structured_outputs: StructuredOutputs | None = None  # grammar-constrained decoding (a dict is converted)
     tool_calls: Any = None              # toolcalls.constraint.ToolCallConstraint: how the text settles (set by a plan)
+    # Reasoning (stopping/reasoning.py): split a think section from the answer where the model's template
+    # opens one (chat surfaces set this); stops, grammars and loop detectors then act on the answer only.
+    split_reasoning: bool = False
+    max_reasoning_tokens: int | None = None  # reasoning budget: the engine closes the section after this many
 
     def __post_init__(self) -> None:
         # Normalise list-like inputs so the dataclass stays hashable and immutable.
@@ -130,6 +134,9 @@ class SamplingParams:
         need(self.truncate_prompt_tokens is None or (_is_int(self.truncate_prompt_tokens)
                                                      and self.truncate_prompt_tokens >= 1),
              "truncate_prompt_tokens", f"truncate_prompt_tokens must be an integer >= 1, got {self.truncate_prompt_tokens!r}")
+        need(self.max_reasoning_tokens is None or (_is_int(self.max_reasoning_tokens)
+                                                   and self.max_reasoning_tokens >= 0),
+             "max_reasoning_tokens", f"max_reasoning_tokens must be an integer >= 0, got {self.max_reasoning_tokens!r}")
         need(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
              "structured_outputs", "structured_outputs must be a StructuredOutputs (or a dict of its fields)")
 

@@ -22,6 +22,7 @@ from haltwise.engine.sequence import Sequence
 from haltwise.errors import ContextLengthExceeded, InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import SamplingParams
+from haltwise.stopping.reasoning import ReasoningSection, ReasoningTags
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.termination import Reason, Termination
 from haltwise.structured.bitmask import GrammarMask, bitmask_width
@@ -59,6 +60,7 @@ class LLMEngine:
         self.default_timeout = default_timeout
         self.eos_token_ids = tokenizer.eos_token_ids(tuple(generation_eos_ids) + tuple(model_config.eos_token_ids))
         self.special_token_texts = tokenizer.special_token_texts()
+        self.reasoning_tags = ReasoningTags.of(tokenizer)   # None: no think sections (split_reasoning is a no-op)
         self.budget = KVBudget.from_memory(model_config, engine_config.kv_dtype, engine_config.block_size,
                                            engine_config.kv_cache_memory)
         if self.budget.num_blocks < 1:
@@ -155,9 +157,15 @@ class LLMEngine:
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
         stopper = SequenceStopper(params, self.eos_token_ids, self.special_token_texts, len(prompt),
                                   self.max_model_len, TURN_MARKERS)
-        return SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
-                              generator, CompletionOutput(index=index),
-                              logprobs=[] if params.logprobs is not None else None)
+        state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
+                               generator, CompletionOutput(index=index),
+                               logprobs=[] if params.logprobs is not None else None)
+        if params.split_reasoning and self.reasoning_tags is not None:
+            state.reasoning = ReasoningSection(self.reasoning_tags, prompt, params.max_reasoning_tokens,
+                                               params.repetition_detection,
+                                               frozenset() if params.ignore_eos else self.eos_token_ids)
+            state.reasoning_detokenizer = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
+        return state
 
     def abort(self, request_id: str, termination: Termination | None = None) -> None:
         """Thread-safe; applied between steps (SPEC §2: a token in flight is delivered once or not at all).
@@ -212,13 +220,17 @@ class LLMEngine:
 
     def _grammar_mask(self, sampled: list[SeqOutputState]) -> GrammarMask | None:
         """Bitmasks for the constrained rows of this step, filled into the preallocated buffer."""
-        rows = [i for i, s in enumerate(sampled) if s.matcher is not None]
+        rows = [i for i, s in enumerate(sampled) if s.grammar_applies]
         if not rows:
             return None
         if len(rows) > self._grammar_bits.shape[0]:
             self._grammar_bits = torch.zeros(len(rows), self._grammar_bits.shape[1], dtype=torch.int32)
         bits = self._grammar_bits[:len(rows)]
         self.structured.fill_bitmask([sampled[i].matcher for i in rows], bits)
+        for k, i in enumerate(rows):   # a section may still open before the answer: its open tag is legal
+            section = sampled[i].reasoning
+            if section is not None and not section.in_answer:
+                _allow(bits[k], section.tags.open_id)
         return GrammarMask(rows, bits)
 
     def _apply_aborts_and_deadlines(self) -> None:
@@ -262,3 +274,9 @@ class LLMEngine:
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
         return f"{text}\n{plan.describe()}" if plan is not None else text
+
+
+def _allow(bits_row: torch.Tensor, token_id: int) -> None:
+    """Set token_id's bit in one (W,) int32 bitmask row (bit t % 32 of word t // 32)."""
+    word = int(bits_row[token_id // 32]) | (1 << (token_id % 32))
+    bits_row[token_id // 32] = word - (1 << 32) if word >= 1 << 31 else word

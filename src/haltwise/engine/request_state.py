@@ -8,6 +8,7 @@ import torch
 from haltwise.engine.sampler import SamplingRow
 from haltwise.engine.sequence import Sequence
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
+from haltwise.stopping.reasoning import ReasoningSection, Role
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.structure_contract import settle
 from haltwise.structured.backend import Matcher
@@ -30,10 +31,18 @@ class SeqOutputState:
     output: CompletionOutput
     logprobs: list[TokenLogprob] | None = None
     matcher: Matcher | None = None       # the grammar position, when the request asks for a structure
+    reasoning: ReasoningSection | None = None   # a think section split from the answer (stopping/reasoning.py)
+    reasoning_detokenizer: IncrementalDetokenizer | None = None
 
     def sampling_row(self) -> SamplingRow:
+        forced = self.reasoning.forced_token_id if self.reasoning is not None else None
         return SamplingRow(self.seq.params, self.seq.prompt_token_ids, self.seq.output_token_ids,
-                           self.stopper.masked_token_ids(), self.generator)
+                           self.stopper.masked_token_ids(), self.generator, forced)
+
+    @property
+    def grammar_applies(self) -> bool:
+        """The grammar constrains this sequence's next token (never inside reasoning or a forced close)."""
+        return self.matcher is not None and (self.reasoning is None or self.reasoning.grammar_applies)
 
     def on_token(self, token_id: int, logprob: TokenLogprob | None) -> Termination | None:
         """Append one sampled token and run every termination check; releases safe text to the output."""
@@ -41,8 +50,12 @@ class SeqOutputState:
         self.output.delta_token_ids.append(token_id)
         if self.logprobs is not None and logprob is not None:
             self.logprobs.append(logprob)
+        role = self.reasoning.on_token(token_id) if self.reasoning is not None else Role.ANSWER
+        if role is not Role.ANSWER:
+            self._on_reasoning_token(token_id, role)
+            return self.stopper.on_token(token_id, "", answer=False)
         complete, rejected = None, ""
-        if self.matcher is not None:  # advanced with every appended token (preemption keeps tokens: no rollback)
+        if self.matcher is not None:  # advanced with every answer token (preemption keeps tokens: no rollback)
             if not self.matcher.consume(token_id):
                 rejected = self.matcher.error or "token not allowed"
             elif self.matcher.is_complete:
@@ -53,6 +66,20 @@ class SeqOutputState:
         if termination is None:
             self._release(self.stopper.release())
         return termination
+
+    def _on_reasoning_token(self, token_id: int, role: Role) -> None:
+        """Reasoning text is released at once (no stop acts on it); a tag's text goes nowhere."""
+        assert self.reasoning is not None and self.reasoning_detokenizer is not None
+        if role is Role.REASONING:
+            self._release_reasoning(self.reasoning_detokenizer.step([token_id]))
+        elif role is Role.CLOSE:
+            self._release_reasoning(self.reasoning_detokenizer.flush())
+        self.output.num_reasoning_tokens = self.reasoning.num_reasoning_tokens
+
+    def _release_reasoning(self, text: str) -> None:
+        if text:
+            self.output.delta_reasoning_text += text
+            self.output.reasoning_text += text
 
     def finish(self, termination: Termination) -> Termination:
         """Final text and tokens: cut after the stop, flush what was held back (nothing is sent after a cancel).
@@ -72,6 +99,11 @@ class SeqOutputState:
             rest += self.detokenizer.flush()   # incomplete UTF-8 at a cut end decodes as decode() would
         if termination.reason is not Reason.CANCELLED:
             self._release(rest)
+            if self.reasoning is not None and not self.reasoning.in_answer and self.reasoning_detokenizer is not None:
+                self._release_reasoning(self.reasoning_detokenizer.flush())   # ended inside: as decode() would
+        note = self.reasoning.note() if self.reasoning is not None else ""
+        if note:
+            termination = replace(termination, detail=f"{termination.detail}; {note}" if termination.detail else note)
         # The record points at what the user actually got.
         token_index = self.seq.num_output_tokens - 1 if termination.layer is Layer.SYSTEM else termination.token_index
         termination = replace(termination, token_index=token_index, char_offset=len(self.output.text))
@@ -93,8 +125,10 @@ class SeqOutputState:
             delta_token_ids=list(out.delta_token_ids), termination=out.termination,
             logprobs=list(self.logprobs) if self.logprobs is not None else None,
             delta_logprobs=self.logprobs[len(self.logprobs) - len(out.delta_token_ids):] if self.logprobs is not None else None,
+            reasoning_text=out.reasoning_text, delta_reasoning_text=out.delta_reasoning_text,
+            num_reasoning_tokens=out.num_reasoning_tokens,
         )
-        out.delta_text, out.delta_token_ids = "", []
+        out.delta_text, out.delta_token_ids, out.delta_reasoning_text = "", [], ""
         return snapshot
 
 

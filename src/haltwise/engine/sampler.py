@@ -3,7 +3,8 @@
 Logit edits run in a fixed order: penalties, then the grammar bitmask, then the min_tokens ban (eos
 and stop ids). The grammar wins: where the ban would leave a constrained row no legal token, the ban
 is lifted for that row, so a structure that can only end, ends. A constrained row with no legal token
-at all is reported in `no_legal_token` and never sampled from.
+at all is reported in `no_legal_token` and never sampled from. A row with a forced token (the engine
+closing a reasoning section) gets that token; its seeded generator draws nothing for it.
 """
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ class SamplingRow:
     output_token_ids: list[int]
     masked_token_ids: frozenset[int] = frozenset()   # e.g. eos while under min_tokens
     generator: torch.Generator | None = None         # per-sequence, when the request has a seed
+    forced_token_id: int | None = None               # the engine decided this token (a reasoning close): not sampled
 
 
 @dataclass
@@ -78,7 +80,7 @@ class Sampler:
             token_ids = logits.max(dim=-1).indices
         elif greedy:
             token_ids[greedy] = logits[greedy].max(dim=-1).indices
-        sampled = [i for i, r in enumerate(rows) if not r.params.greedy]
+        sampled = [i for i, r in enumerate(rows) if not r.params.greedy and r.forced_token_id is None]
         if sampled:
             probs = _filtered_probs(logits[sampled], [rows[i].params for i in sampled])   # (S, V)
             for j, i in enumerate(sampled):
@@ -86,6 +88,9 @@ class Sampler:
                 noise = torch.empty_like(probs[j]).exponential_(generator=rows[i].generator)
                 token_ids[i] = (probs[j] / noise).argmax()
         ids = token_ids.tolist()
+        for i, r in enumerate(rows):
+            if r.forced_token_id is not None:
+                ids[i] = r.forced_token_id
         return SamplerOutput(ids, finite.tolist(), _logprobs(raw, ids, rows), no_legal)
 
 

@@ -184,7 +184,7 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
     st, params, tok = _begin(request, body)
     plan, params, messages, template_kwargs = prepare_chat(body, params, tok, st.tool_call_parser)  # chat_tools.py
     tools = plan.constraint if plan is not None else None
-    text, prompt = chat_prompt(request, messages, **template_kwargs)
+    text, prompt = chat_prompt(request, messages, **{**body.template_kwargs(), **template_kwargs})
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
     chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage, tool_calls=tools)
     return await _generate(request, st, rid, [prompt], [text], params, body.stream,

@@ -12,7 +12,7 @@ The engine run, the per-request metrics and the JSON log line are the ones the O
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, AsyncIterator
 
 from fastapi import Request
@@ -40,17 +40,21 @@ class ChatTurn:
     messages: [{role, content, tool_calls?, tool_call_id?}], roles system/user/assistant/tool.
     tools: [{"type": "function", "function": {name, description, parameters}}] or None.
     tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}} | None.
+    template_kwargs: extra chat-template variables (e.g. enable_thinking; server/reasoning_request.py).
     """
 
     messages: list[dict[str, Any]]
     params: SamplingParams
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    template_kwargs: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
 class ChatResult:
-    """A finished chat generation. tool_calls: OpenAI `message.tool_calls` dicts, or None."""
+    """A finished chat generation. tool_calls: OpenAI `message.tool_calls` dicts, or None.
+    reasoning: the think section's text ("" when the model did not reason); completion_tokens counts
+    its reasoning_tokens and the tags too."""
 
     text: str
     termination: Termination
@@ -58,6 +62,8 @@ class ChatResult:
     completion_tokens: int
     cached_tokens: int = 0
     tool_calls: list[dict[str, Any]] | None = None
+    reasoning: str = ""
+    reasoning_tokens: int = 0
 
     @property
     def finish_reason(self) -> str | None:
@@ -66,9 +72,11 @@ class ChatResult:
 
 @dataclass
 class ChatDelta:
-    """One stream update: new text (never retracted), then once, at the end, the result."""
+    """One stream update: new text (never retracted), then once, at the end, the result.
+    Reasoning text always arrives before any answer text of the same update."""
 
     text: str = ""
+    reasoning: str = ""
     tool_calls: list[dict[str, Any]] = field(default_factory=list)  # OpenAI delta.tool_calls entries
     result: ChatResult | None = None
 
@@ -90,7 +98,7 @@ def check_tools(turn: ChatTurn, param: str = "tools") -> ChatTurn:
     if not turn.tools:
         return turn
     if turn.tool_choice == "none":
-        return ChatTurn(turn.messages, turn.params)
+        return replace(turn, tools=None, tool_choice=None)
     raise ParamError(param, TOOLS_NOT_SUPPORTED)
 
 
@@ -101,7 +109,8 @@ def result_of(out: RequestOutput) -> ChatResult:
     assert o.termination is not None, "result_of needs a finished output"
     return ChatResult(text=o.text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
                       completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens,
-                      tool_calls=getattr(o, "tool_calls", None))
+                      tool_calls=getattr(o, "tool_calls", None), reasoning=o.reasoning_text,
+                      reasoning_tokens=o.num_reasoning_tokens)
 
 
 class ChatCall:
@@ -112,7 +121,7 @@ class ChatCall:
         if turn.params.n != 1:
             raise ParamError("n", "this surface generates one answer per request")
         self.st, self.rid, self.turn = st, rid, check_tools(turn)
-        extra = {"tools": self.turn.tools} if self.turn.tools else {}   # the template renders the tools
+        extra = {**self.turn.template_kwargs, **({"tools": self.turn.tools} if self.turn.tools else {})}
         self.prompt_text, self.prompt_ids = chat_prompt(request, self.turn.messages, **extra)
         recorder = RequestRecorder(st.metrics, rid, st.log_content, self.prompt_text)
         self.run = EngineRun(st.engine, request, rid, [self.prompt_ids], self.turn.params, [recorder])
@@ -136,8 +145,8 @@ class ChatCall:
             o = out.outputs[0]
             result = result_of(out) if out.finished else None
             calls = list(getattr(o, "delta_tool_calls", None) or [])
-            if o.delta_text or calls or result is not None:
-                yield ChatDelta(text=o.delta_text, tool_calls=calls, result=result)
+            if o.delta_text or o.delta_reasoning_text or calls or result is not None:
+                yield ChatDelta(text=o.delta_text, reasoning=o.delta_reasoning_text, tool_calls=calls, result=result)
 
     async def close(self) -> None:
         await self.run.close()

@@ -8,7 +8,9 @@ Per OpenAI field, one of three decisions (README lists them too):
   that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
 - rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n,
   `functions`, `function_call` (the legacy names of tools),
-  `audio`, `modalities`, `prediction`, `reasoning_effort`, `echo` with `logprobs` (no prompt logprobs).
+  `audio`, `modalities`, `prediction`, `echo` with `logprobs` (no prompt logprobs).
+Reasoning (chat only, server/reasoning_request.py): `reasoning_effort`, `max_reasoning_tokens` (extension),
+`chat_template_kwargs` (vLLM), assistant `reasoning_content` in history (handed to the template).
 Tool calling (chat only): `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and `tool`
 messages with `tool_call_id` -- validated and planned by haltwise.toolcalls (server/chat_tools.py).
 Structured outputs (both routes): `response_format` {type: text | json_object | json_schema}, vLLM's
@@ -19,11 +21,13 @@ Unknown fields are rejected (extra="forbid") with a 400 naming the field; types 
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams
+from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
 from haltwise.stopping.intent import resolve_auto
 
@@ -170,6 +174,7 @@ class ChatMessage(_Strict):
     name: str | None = None
     tool_calls: list[dict[str, Any]] | None = None     # assistant: calls it made (checked by toolcalls/messages.py)
     tool_call_id: str | None = None                    # tool: the call this message answers
+    reasoning_content: str | None = None               # assistant: its reasoning (templates such as Qwen3 use it)
 
     def text(self) -> str:
         if isinstance(self.content, list):
@@ -193,17 +198,26 @@ class ChatCompletionRequest(_GenerationRequest):
     audio: dict[str, Any] | None = None
     modalities: list[str] | None = None
     prediction: dict[str, Any] | None = None
-    reasoning_effort: str | None = None
+    # reasoning (server/reasoning_request.py)
+    reasoning_effort: Literal[tuple(EFFORT_BUDGETS)] | None = None  # type: ignore[valid-type]
+    max_reasoning_tokens: int | None = Field(None, ge=0)
+    chat_template_kwargs: dict[str, Any] | None = None
 
     def to_sampling_params(self) -> SamplingParams:
-        for name in ("functions", "function_call", "audio", "modalities", "prediction", "reasoning_effort"):
+        for name in ("functions", "function_call", "audio", "modalities", "prediction"):
             if getattr(self, name) is not None:
                 raise ParamError(name, f"{name} is not supported by haltwise")
         if self.top_logprobs is not None and not self.logprobs:
             raise ParamError("top_logprobs", "top_logprobs requires logprobs to be true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
-        return resolve_auto(self.sampling_params(max_tokens, logprobs), [self.last_user_text()])
+        params = replace(self.sampling_params(max_tokens, logprobs), split_reasoning=True,
+                         max_reasoning_tokens=reasoning_budget(self.reasoning_effort, self.max_reasoning_tokens))
+        return resolve_auto(params, [self.last_user_text()])
+
+    def template_kwargs(self) -> dict[str, Any]:
+        """Extra chat-template variables (chat_template_kwargs, reasoning_effort); ParamError if reserved."""
+        return template_kwargs(self.chat_template_kwargs, self.reasoning_effort)
 
     def last_user_text(self) -> str | None:
         """The last user turn's text (what stop_presets "auto" classifies), None if there is none."""
@@ -223,6 +237,8 @@ class ChatCompletionRequest(_GenerationRequest):
                 message["tool_call_id"] = m.tool_call_id
             if m.role == "tool" and m.name:
                 message["name"] = m.name
+            if m.role == "assistant" and m.reasoning_content is not None:
+                message["reasoning_content"] = m.reasoning_content
             out.append(message)
         return out
 

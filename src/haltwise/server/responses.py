@@ -29,8 +29,12 @@ def raise_if_failed(out: RequestOutput) -> None:
 def usage(outs: list[RequestOutput]) -> dict[str, Any]:
     prompt = sum(len(o.prompt_token_ids) for o in outs)
     completion = sum(len(c.token_ids) for o in outs for c in o.outputs)
-    return {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
+    body = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": sum(o.num_cached_tokens for o in outs)}}
+    reasoning = sum(c.num_reasoning_tokens for o in outs for c in o.outputs)
+    if reasoning:   # completion_tokens counts them too (and the think tags), as OpenAI and vLLM do
+        body["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    return body
 
 
 def end_fields(o: CompletionOutput, out: RequestOutput) -> dict[str, Any]:
@@ -88,10 +92,15 @@ def completion_body(rid: str, created: int, model: str, outs: list[RequestOutput
 
 def chat_body(rid: str, created: int, model: str, out: RequestOutput, tokenizer: Any,
               tool_calls: ToolCallConstraint | None = None) -> dict[str, Any]:
-    choices = [{"index": o.index, "message": chat_message(tool_calls, o.text, rid, o.index),
+    choices = [{"index": o.index, "message": _with_reasoning(chat_message(tool_calls, o.text, rid, o.index), o),
                 "logprobs": chat_logprobs(tokenizer, o.logprobs), **end_fields(o, out)} for o in out.outputs]
     return {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage([out])}
+
+
+def _with_reasoning(message: dict[str, Any], o: CompletionOutput) -> dict[str, Any]:
+    """vLLM's `reasoning_content`, present when the model reasoned (a non-empty think section)."""
+    return {**message, "reasoning_content": o.reasoning_text} if o.reasoning_text else message
 
 
 class Chunker:
@@ -144,12 +153,17 @@ class Chunker:
             if ended:
                 self.ended.add(index)
             if self.chat and self.tool_calls is not None:
+                if o.delta_reasoning_text:
+                    choices.append({"index": index, "delta": {"reasoning_content": o.delta_reasoning_text},
+                                    "logprobs": None, "finish_reason": None, "stop_reason": None})
                 choices += self._tool_choices(index, o, ended)
                 choice = {"index": index, "delta": {}, "logprobs": None}
                 if not ended:
                     continue
             elif self.chat:
-                delta = {"content": o.delta_text} if o.delta_text or not ended else {}
+                delta = {"reasoning_content": o.delta_reasoning_text} if o.delta_reasoning_text else {}
+                if o.delta_text or not (ended or delta):
+                    delta["content"] = o.delta_text
                 choice = {"index": index, "delta": delta,
                           "logprobs": chat_logprobs(self.tokenizer, o.delta_logprobs)}
             else:

@@ -86,16 +86,21 @@ class SequenceStopper:
         self._final: str | None = None
 
     # ---- per token -------------------------------------------------------------------------
-    def on_token(self, token_id: int, delta_text: str, structure_complete: str | None = None) -> Termination | None:
+    def on_token(self, token_id: int, delta_text: str, structure_complete: str | None = None,
+                 answer: bool = True) -> Termination | None:
         """Take one appended output token and its new text; return a Termination if it ends here.
 
         structure_complete: the constraint's name when this token completed the request's grammar.
+        answer: False for a token of a reasoning section (stopping/reasoning.py), tags included: it counts
+        toward the limits and can be eos, but no text, stop, preset or loop check sees it.
         """
         if self._term is not None:
             raise RuntimeError("on_token after the sequence terminated")
         index = self._num_tokens
         self._num_tokens += 1
         n = self._num_tokens
+        if not answer:
+            return self._reasoning_token(token_id, index, n)
         period = self._loops.append(token_id) if self._loops is not None else None
         near = self._near.append(token_id) if self._near is not None else False
         active = criteria.content_checks_active(n, self._params.min_tokens)
@@ -115,6 +120,18 @@ class SequenceStopper:
         if term is not None:
             term = self._noted(self._settle_waiting(term, matches, index, active))
             self._term = term
+        return term
+
+    def _reasoning_token(self, token_id: int, index: int, n: int) -> Termination | None:
+        """Inside reasoning only eos (as vLLM: the model ended its turn) and the limits end the request."""
+        term = None
+        if criteria.content_checks_active(n, self._params.min_tokens) and \
+                criteria.check_eos(token_id, self._eos, self._params.ignore_eos):
+            term = self._content_stop(Reason.EOS, f"eos token {token_id} at token {index}, inside the reasoning",
+                                      index, self._fed, None)
+        term = term or self._limit_or_loop(n, None)
+        if term is not None:
+            self._term = term = self._noted(term)
         return term
 
     def _settle_waiting(self, term: Termination, matches: list[Match], index: int, active: bool) -> Termination:

@@ -9,6 +9,7 @@ milliseconds. ChatML chat template as in SmolLM2 (without the default system mes
 """
 from __future__ import annotations
 
+from tokenizers import AddedToken
 from tokenizers import Tokenizer as _HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
@@ -36,8 +37,12 @@ _CORPUS = (
 )
 
 
-def tiny_tokenizer() -> Tokenizer:
-    """A fresh deterministic tiny byte-level BPE Tokenizer (vocab TINY_VOCAB_SIZE, eos set {0, 2})."""
+def tiny_tokenizer(chat_template: str = CHATML_TEMPLATE, added_tokens: tuple[str, ...] = ()) -> Tokenizer:
+    """A fresh deterministic tiny byte-level BPE Tokenizer (vocab TINY_VOCAB_SIZE, eos set {0, 2}).
+
+    added_tokens: extra non-special single tokens after the learned vocabulary (e.g. Qwen3's "<think>",
+    "</think>": one token each, kept in decoded text, as in Qwen3's tokenizer.json).
+    """
     backend = _HFTokenizer(models.BPE(fuse_unk=False))
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     backend.decoder = decoders.ByteLevel()
@@ -45,4 +50,6 @@ def tiny_tokenizer() -> Tokenizer:
         vocab_size=TINY_VOCAB_SIZE, min_frequency=2, show_progress=False,
         special_tokens=list(TINY_SPECIAL_TOKENS), initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     backend.train_from_iterator(_CORPUS.splitlines(keepends=True) * 4, trainer=trainer)
-    return Tokenizer(backend, bos_token="<|im_start|>", eos_token="<|im_end|>", chat_template=CHATML_TEMPLATE)
+    if added_tokens:
+        backend.add_tokens([AddedToken(t, special=False, normalized=False) for t in added_tokens])
+    return Tokenizer(backend, bos_token="<|im_start|>", eos_token="<|im_end|>", chat_template=chat_template)

@@ -55,7 +55,7 @@ def test_bad_tool_requests_are_param_errors() -> None:
     with pytest.raises(ParamError):
         request(messages=[{"role": "user", "content": "x"}], tools=[WEATHER],
                 tool_choice={"type": "tool", "name": "nope"}).to_turn()
-    with pytest.raises(ParamError):
+    with pytest.raises(ParamError, match="greater than thinking.budget_tokens"):   # as Anthropic: budget < max_tokens
         request(messages=[{"role": "user", "content": "x"}], thinking={"type": "enabled", "budget_tokens": 64}).to_turn()
     turn = request(messages=[{"role": "user", "content": "x"}], tools=[WEATHER]).to_turn()
     with pytest.raises(ParamError, match="not supported yet"):

@@ -2,17 +2,24 @@
 
 This module only translates: the request into a ChatTurn (anthropic_protocol.py), the ChatResult into a
 message, ChatDeltas into Anthropic's event sequence. Content blocks, streamed or not, are the same: a
-text block (when there is text, or nothing else), then one tool_use block per call. Stream order
-(every started block is stopped before the next starts):
+thinking block (when the model reasoned), a text block (when there is text, or nothing else), then one
+tool_use block per call. Stream order (every started block is stopped before the next starts):
 
-    message_start, ping, [content_block_start(0, text), content_block_delta(text_delta)...,
-    content_block_stop(0)], [content_block_start(i, tool_use), content_block_delta(input_json_delta)...,
-    content_block_stop(i)]..., message_delta{stop_reason, stop_sequence, usage, termination}, message_stop
+    message_start, ping, [content_block_start(thinking), content_block_delta(thinking_delta)...,
+    content_block_delta(signature_delta), content_block_stop], [content_block_start(text),
+    content_block_delta(text_delta)..., content_block_stop], [content_block_start(tool_use),
+    content_block_delta(input_json_delta)..., content_block_stop]...,
+    message_delta{stop_reason, stop_sequence, usage, termination}, message_stop
+
+A thinking block's `signature` is "sha256:" + the hex SHA-256 of its thinking text: a digest, not an
+attestation (anyone can compute it; nothing is signed with a key), so a client can tell a block that was
+edited; blocks sent back in history are accepted whatever their signature.
 
 An error after the stream began is an `error` event (Anthropic's shape), then the stream ends.
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import uuid
@@ -49,8 +56,14 @@ def tool_use_blocks(tool_calls: list[dict[str, Any]] | None) -> list[dict[str, A
              "input": json.loads(c["function"]["arguments"] or "{}")} for c in tool_calls or ()]
 
 
+def signature_of(thinking: str) -> str:
+    return "sha256:" + hashlib.sha256(thinking.encode("utf-8")).hexdigest()
+
+
 def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> dict[str, Any]:
     content: list[dict[str, Any]] = []
+    if result.reasoning:
+        content.append({"type": "thinking", "thinking": result.reasoning, "signature": signature_of(result.reasoning)})
     if result.text or not result.tool_calls:
         content.append({"type": "text", "text": result.text})
     content += tool_use_blocks(result.tool_calls)
@@ -66,6 +79,7 @@ class MessageEvents:
         self.rid, self.model, self.prompt_tokens, self.tokenizer = rid, model, prompt_tokens, tokenizer
         self.blocks = 0                     # blocks started so far; the open one is blocks - 1
         self.text_open = False
+        self.thinking: str | None = None    # the open thinking block's text so far (None: none open)
         self.calls: dict[int, int] = {}     # OpenAI tool-call index -> block index
 
     def start(self) -> list[tuple[str, dict[str, Any]]]:
@@ -84,15 +98,24 @@ class MessageEvents:
 
     def delta(self, d: ChatDelta) -> list[tuple[str, dict[str, Any]]]:
         events: list[tuple[str, dict[str, Any]]] = []
+        if d.reasoning and not self.blocks:
+            self.thinking = ""
+            events.append(self._start_block({"type": "thinking", "thinking": "", "signature": ""}))
+        if d.reasoning and self.thinking is not None:
+            self.thinking += d.reasoning
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": self.blocks - 1,
+                                                   "delta": {"type": "thinking_delta", "thinking": d.reasoning}}))
+        if self.thinking is not None and (d.text or d.tool_calls or d.result is not None):
+            events += self._close_thinking()
         if d.text and not self.calls:
             if not self.text_open:
                 self.text_open = True
                 events.append(self._start_block({"type": "text", "text": ""}))
-            events.append(("content_block_delta", {"type": "content_block_delta", "index": 0,
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": self.blocks - 1,
                                                    "delta": {"type": "text_delta", "text": d.text}}))
         for call in d.tool_calls:
             if call["index"] not in self.calls:
-                if self.blocks:
+                if self.text_open or self.calls:     # the open text or previous tool_use block
                     events.append(self._stop_block())
                 events.append(self._start_block({"type": "tool_use", "id": call.get("id"),
                                                  "name": call.get("function", {}).get("name"), "input": {}}))
@@ -104,9 +127,10 @@ class MessageEvents:
                                                        "delta": {"type": "input_json_delta", "partial_json": args}}))
         if d.result is None:
             return events
-        if not self.blocks and not d.result.tool_calls:   # no text at all: one empty text block, as in the body
+        if not self.text_open and not self.calls and not d.result.tool_calls:   # no text: one empty text block
+            self.text_open = True
             events.append(self._start_block({"type": "text", "text": ""}))
-        if self.blocks:
+        if self.text_open or self.calls:
             events.append(self._stop_block())
         stop = _stop_fields(d.result, self.tokenizer)
         return events + [("message_delta", {"type": "message_delta",
@@ -115,6 +139,14 @@ class MessageEvents:
                                             "usage": {"output_tokens": d.result.completion_tokens},
                                             "termination": stop["termination"]}),
                          ("message_stop", {"type": "message_stop"})]
+
+    def _close_thinking(self) -> list[tuple[str, dict[str, Any]]]:
+        assert self.thinking is not None
+        signature = signature_of(self.thinking)
+        self.thinking = None
+        return [("content_block_delta", {"type": "content_block_delta", "index": self.blocks - 1,
+                                         "delta": {"type": "signature_delta", "signature": signature}}),
+                self._stop_block()]
 
 
 def _sse(event: str, data: dict[str, Any]) -> str:
@@ -162,8 +194,9 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """{"input_tokens": N}: the prompt the same conversation would have on /v1/messages."""
     begin(request, body.model)
-    body.check_thinking()
+    _, extra = body.thinking_settings()
     tools = body.chat_tools()
-    extra = {"tools": tools} if tools and body.chat_tool_choice() != "none" else {}
+    if tools and body.chat_tool_choice() != "none":
+        extra["tools"] = tools
     _, ids = chat_prompt(request, body.chat_messages(), **extra)
     return {"input_tokens": len(ids)}

@@ -2,8 +2,12 @@
 
 Accepted: model, max_tokens (required), messages (text / tool_use / tool_result blocks), system (string
 or text blocks), stop_sequences, temperature, top_p, top_k, stream, tools + tool_choice, thinking
-{"type": "disabled"}; ignored: metadata, service_tier, cache_control on blocks. haltwise extras: seed,
-timeout, ignore_eos. Unknown fields are a 400 naming the field, as on the OpenAI routes.
+{"type": "enabled", "budget_tokens": N} (N >= 1 and < max_tokens; Anthropic's minimum of 1024 is not
+imposed, small models think briefly) or {"type": "disabled"} (server/reasoning_request.py; no `thinking`
+= the template's default, as on /v1/chat/completions), assistant thinking / redacted_thinking blocks in
+history (thinking text goes to the template as reasoning_content; redacted data is dropped); ignored:
+metadata, service_tier, cache_control on blocks. haltwise extras: seed, timeout, ignore_eos. Unknown
+fields are a 400 naming the field, as on the OpenAI routes.
 
 Translation (into the OpenAI chat shape the chat core and the chat template speak):
     system                      -> {"role": "system", "content": text}
@@ -22,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
 from haltwise.server.protocol import MAX_SEED
+from haltwise.server.reasoning_request import thinking_settings
 
 
 class _Strict(BaseModel):
@@ -56,7 +61,19 @@ class ToolResultBlock(_Strict):
         return f"Error: {body or ''}" if self.is_error else body or ""
 
 
-Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock], Field(discriminator="type")]
+class ThinkingBlock(_Strict):
+    type: Literal["thinking"]
+    thinking: str
+    signature: str | None = None      # ours is a digest of the text (anthropic_messages.py); never checked
+
+
+class RedactedThinkingBlock(_Strict):
+    type: Literal["redacted_thinking"]
+    data: str
+
+
+Block = Annotated[Union[TextBlock, ToolUseBlock, ToolResultBlock, ThinkingBlock, RedactedThinkingBlock],
+                  Field(discriminator="type")]
 
 
 class Message(_Strict):
@@ -107,16 +124,18 @@ class _Conversation(_Strict):
                         for b in blocks if isinstance(b, ToolResultBlock)]
                 if texts or not any(isinstance(b, ToolResultBlock) for b in blocks):
                     out.append({"role": "user", "content": texts})
-                if any(isinstance(b, ToolUseBlock) for b in blocks):
-                    raise ParamError("messages", "tool_use blocks belong in assistant messages")
+                if any(isinstance(b, (ToolUseBlock, ThinkingBlock, RedactedThinkingBlock)) for b in blocks):
+                    raise ParamError("messages", "tool_use and thinking blocks belong in assistant messages")
             else:
                 calls = [{"id": b.id, "type": "function",
                           "function": {"name": b.name, "arguments": json.dumps(b.input, ensure_ascii=False)}}
                          for b in blocks if isinstance(b, ToolUseBlock)]
                 if any(isinstance(b, ToolResultBlock) for b in blocks):
                     raise ParamError("messages", "tool_result blocks belong in user messages")
+                thinking = "".join(b.thinking for b in blocks if isinstance(b, ThinkingBlock))
                 out.append({"role": "assistant", "content": texts or None if calls else texts,
-                            **({"tool_calls": calls} if calls else {})})
+                            **({"tool_calls": calls} if calls else {}),
+                            **({"reasoning_content": thinking} if thinking else {})})
         return out
 
     def chat_tools(self) -> list[dict[str, Any]] | None:
@@ -137,9 +156,18 @@ class _Conversation(_Strict):
             return {"type": "function", "function": {"name": c.name}}
         return {"auto": "auto", "any": "required", "none": "none"}[c.type]
 
-    def check_thinking(self) -> None:
-        if self.thinking is not None and self.thinking.type == "enabled":
-            raise ParamError("thinking", "extended thinking is not supported yet by this server")
+    def thinking_settings(self, max_tokens: int | None = None) -> tuple[int | None, dict[str, Any]]:
+        """(reasoning budget, template kwargs) of `thinking`; ParamError for an enabled one without a budget."""
+        t = self.thinking
+        if t is None:
+            return thinking_settings(None, None)
+        if t.type == "enabled":
+            if t.budget_tokens is None:
+                raise ParamError("thinking.budget_tokens", 'thinking {"type": "enabled"} needs budget_tokens')
+            if max_tokens is not None and t.budget_tokens >= max_tokens:
+                raise ParamError("thinking.budget_tokens", f"max_tokens ({max_tokens}) must be greater than "
+                                 f"thinking.budget_tokens ({t.budget_tokens})")
+        return thinking_settings(t.type == "enabled", t.budget_tokens)
 
 
 class MessagesRequest(_Conversation):
@@ -160,12 +188,12 @@ class MessagesRequest(_Conversation):
 
     def to_turn(self) -> ChatTurn:
         """The chat turn; raises ParamError (400) for anything invalid or unsupported."""
-        self.check_thinking()
+        budget, template_kwargs = self.thinking_settings(self.max_tokens)
         params = SamplingParams(
             max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p or 1.0,
             top_k=self.top_k if self.top_k else -1, stop=tuple(self.stop_sequences or ()), seed=self.seed,
-            timeout=self.timeout, ignore_eos=self.ignore_eos)
-        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice())
+            timeout=self.timeout, ignore_eos=self.ignore_eos, split_reasoning=True, max_reasoning_tokens=budget)
+        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(), template_kwargs)
 
 
 class CountTokensRequest(_Conversation):

@@ -1,11 +1,14 @@
 """POST /v1/responses: OpenAI Responses (stateless) over the chat core.
 
 This module only translates: the request into a ChatTurn (openai_responses_protocol.py), the ChatResult
-into a response object, ChatDeltas into Responses events. Output items: one assistant message (when
-there is text, or nothing else), then one function_call item per tool call — the same items, in the
-same order, streamed or not. Every event carries a sequence_number counting from 0. Stream order:
+into a response object, ChatDeltas into Responses events. Output items: one reasoning item (when the
+model reasoned: its text as one `reasoning_text` content part, `summary` empty), one assistant message
+(when there is text, or nothing else), then one function_call item per tool call — the same items, in
+the same order, streamed or not. Every event carries a sequence_number counting from 0. Stream order:
 
     response.created, response.in_progress,
+    [response.output_item.added(reasoning), response.content_part.added, response.reasoning_text.delta...,
+     response.reasoning_text.done, response.content_part.done, response.output_item.done]
     [response.output_item.added(message), response.content_part.added, response.output_text.delta...,
      response.output_text.done, response.content_part.done, response.output_item.done]
     [response.output_item.added(function_call), response.function_call_arguments.delta...,
@@ -34,12 +37,22 @@ router = APIRouter()
 CLIENT_CLOSED = 499
 
 
+def reasoning_status(result: ChatResult, status: str) -> str:
+    """A reasoning item is complete once an answer follows it; ended inside, it shares the response's status."""
+    return "completed" if result.text or result.tool_calls else status
+
+
 class ResponseBuilder:
     """The response object and its items for one request (ids fixed up front: streamed == non-streamed)."""
 
     def __init__(self, body: ResponsesRequest, model: str):
         self.id, self.created, self.model, self.body = f"resp_{uuid.uuid4().hex}", int(time.time()), model, body
         self.msg_id = f"msg_{uuid.uuid4().hex}"
+        self.rs_id = f"rs_{uuid.uuid4().hex}"
+
+    def reasoning_item(self, text: str, status: str) -> dict[str, Any]:
+        return {"id": self.rs_id, "type": "reasoning", "summary": [], "status": status,
+                "content": [{"type": "reasoning_text", "text": text}]}
 
     def message_item(self, text: str, status: str) -> dict[str, Any]:
         return {"id": self.msg_id, "type": "message", "role": "assistant", "status": status,
@@ -51,7 +64,8 @@ class ResponseBuilder:
                 "status": status}
 
     def output(self, result: ChatResult, status: str) -> list[dict[str, Any]]:
-        items = [self.message_item(result.text, status)] if result.text or not result.tool_calls else []
+        items = [self.reasoning_item(result.reasoning, reasoning_status(result, status))] if result.reasoning else []
+        items += [self.message_item(result.text, status)] if result.text or not result.tool_calls else []
         return items + [self.call_item(i, c, "completed") for i, c in enumerate(result.tool_calls or ())]
 
     def response(self, status: str, output: list[dict[str, Any]], result: ChatResult | None = None,
@@ -60,7 +74,8 @@ class ResponseBuilder:
         texts = [p["text"] for it in output if it["type"] == "message" for p in it["content"]]
         usage = None if result is None else {
             "input_tokens": result.prompt_tokens, "input_tokens_details": {"cached_tokens": result.cached_tokens},
-            "output_tokens": result.completion_tokens, "output_tokens_details": {"reasoning_tokens": 0},
+            "output_tokens": result.completion_tokens,
+            "output_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
             "total_tokens": result.prompt_tokens + result.completion_tokens}
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "model": self.model, "output": output, "output_text": "".join(texts), "usage": usage,
@@ -84,6 +99,8 @@ class ResponseEvents:
     def __init__(self, builder: ResponseBuilder):
         self.b, self.seq = builder, 0
         self.text: str | None = None               # None until the message item is open
+        self.reasoning: str | None = None          # None until the reasoning item is open
+        self.reasoning_open = False
         self.calls: dict[int, dict[str, Any]] = {}  # OpenAI tool-call index -> accumulated call
 
     def event(self, kind: str, **fields: Any) -> tuple[str, dict[str, Any]]:
@@ -94,17 +111,46 @@ class ResponseEvents:
         r = self.b.response("in_progress", [])
         return [self.event("response.created", response=r), self.event("response.in_progress", response=r)]
 
+    @property
+    def _msg_index(self) -> int:
+        return 1 if self.reasoning is not None else 0
+
+    def _reasoning_delta(self, text: str) -> list[tuple[str, dict[str, Any]]]:
+        events = []
+        ids = {"item_id": self.b.rs_id, "output_index": 0, "content_index": 0}
+        if self.reasoning is None:
+            self.reasoning, self.reasoning_open = "", True
+            item = {**self.b.reasoning_item("", "in_progress"), "content": []}
+            events += [self.event("response.output_item.added", output_index=0, item=item),
+                       self.event("response.content_part.added", **ids, part={"type": "reasoning_text", "text": ""})]
+        self.reasoning += text
+        return events + [self.event("response.reasoning_text.delta", **ids, delta=text)]
+
+    def _close_reasoning(self, status: str) -> list[tuple[str, dict[str, Any]]]:
+        self.reasoning_open = False
+        ids = {"item_id": self.b.rs_id, "output_index": 0, "content_index": 0}
+        item = self.b.reasoning_item(self.reasoning or "", status)
+        return [self.event("response.reasoning_text.done", **ids, text=self.reasoning),
+                self.event("response.content_part.done", **ids, part=item["content"][0]),
+                self.event("response.output_item.done", output_index=0, item=item)]
+
     def _open_message(self) -> list[tuple[str, dict[str, Any]]]:
         self.text = ""
-        ids = {"item_id": self.b.msg_id, "output_index": 0, "content_index": 0}
+        ids = {"item_id": self.b.msg_id, "output_index": self._msg_index, "content_index": 0}
         item = {**self.b.message_item("", "in_progress"), "content": []}
-        return [self.event("response.output_item.added", output_index=0, item=item),
+        return [self.event("response.output_item.added", output_index=self._msg_index, item=item),
                 self.event("response.content_part.added", **ids,
                          part={"type": "output_text", "text": "", "annotations": [], "logprobs": []})]
 
     def delta(self, d: ChatDelta) -> list[tuple[str, dict[str, Any]]]:
         events: list[tuple[str, dict[str, Any]]] = []
-        ids = {"item_id": self.b.msg_id, "output_index": 0, "content_index": 0}
+        if d.reasoning and self.text is None and not self.calls:
+            events += self._reasoning_delta(d.reasoning)
+        if self.reasoning_open and (d.text or d.tool_calls or d.result is not None):
+            status = "completed" if d.result is None else \
+                reasoning_status(d.result, words_for(d.result.termination, d.result.finish_reason).status)
+            events += self._close_reasoning(status)
+        ids = {"item_id": self.b.msg_id, "output_index": self._msg_index, "content_index": 0}
         if d.text and not self.calls:
             if self.text is None:
                 events += self._open_message()
@@ -121,7 +167,7 @@ class ResponseEvents:
             item = self.b.message_item(self.text, words.status)
             events += [self.event("response.output_text.done", **ids, text=self.text, logprobs=[]),
                        self.event("response.content_part.done", **ids, part=item["content"][0]),
-                       self.event("response.output_item.done", output_index=0, item=item)]
+                       self.event("response.output_item.done", output_index=self._msg_index, item=item)]
         for i, call in sorted(self.calls.items()):
             item = self.b.call_item(i, call, "completed")
             index = self._index(i)
@@ -133,7 +179,7 @@ class ResponseEvents:
         return events + [self.event(kind, response=final)]
 
     def _index(self, call_index: int) -> int:
-        return call_index + (1 if self.text is not None else 0)
+        return call_index + (1 if self.text is not None else 0) + (1 if self.reasoning is not None else 0)
 
     def _call_delta(self, call: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
         events = []

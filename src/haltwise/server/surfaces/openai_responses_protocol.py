@@ -4,9 +4,11 @@ Stateless: nothing is stored, so `store: true`, `previous_response_id`, `convers
 are a 400 that says so (send the whole conversation as `input` items instead).
 Accepted: model, input (a string, or message / function_call / function_call_output items),
 instructions, max_output_tokens, temperature, top_p, tools (type function) + tool_choice,
-parallel_tool_calls, text.format (text | json_object | json_schema: the structured-output path), stream;
+parallel_tool_calls, text.format (text | json_object | json_schema: the structured-output path), stream,
+reasoning.effort (a budget, server/reasoning_request.py; `summary` is accepted, no summaries are written);
 ignored: metadata, user, service_tier, prompt_cache_key, safety_identifier, truncation "disabled",
-stream_options. haltwise extras: seed, timeout, ignore_eos, stop (Responses has no stop sequences).
+stream_options, `reasoning` input items (earlier turns' reasoning: templates such as Qwen3 drop it anyway).
+haltwise extras: seed, timeout, ignore_eos, stop (Responses has no stop sequences), max_reasoning_tokens.
 
 Translation into the OpenAI chat shape:
     instructions                     -> {"role": "system", "content": instructions}
@@ -24,6 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
 from haltwise.server.protocol import MAX_SEED
+from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
 
 STATELESS = ("this server is stateless: it stores no responses or conversations ({field} is not supported); "
@@ -69,6 +72,23 @@ class FunctionCallOutputItem(_Strict):
     status: str | None = None
 
 
+class ReasoningItem(_Strict):
+    """An earlier turn's reasoning output item, sent back as input: accepted and dropped."""
+
+    type: Literal["reasoning"]
+    id: str | None = None
+    summary: list[dict[str, Any]] | None = None
+    content: list[dict[str, Any]] | None = None
+    encrypted_content: str | None = None
+    status: str | None = None
+
+
+class ReasoningSpec(_Strict):
+    effort: Literal[tuple(EFFORT_BUDGETS)] | None = None  # type: ignore[valid-type]
+    summary: Literal["auto", "concise", "detailed"] | None = None
+    generate_summary: Literal["auto", "concise", "detailed"] | None = None   # the older name of summary
+
+
 class FunctionTool(_Strict):
     type: Literal["function"]
     name: str = Field(min_length=1, max_length=64)
@@ -94,7 +114,7 @@ class ResponsesRequest(_Strict):
     """POST /v1/responses."""
 
     model: str | None = None
-    input: str | list[Union[MessageItem, FunctionCallItem, FunctionCallOutputItem]]
+    input: str | list[Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem]]
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)   # None = the rest of the context window
     temperature: float = Field(1.0, ge=0.0, le=2.0)
@@ -117,12 +137,13 @@ class ResponsesRequest(_Strict):
     safety_identifier: str | None = None
     truncation: Literal["disabled"] | None = None
     stream_options: dict[str, Any] | None = None
-    reasoning: dict[str, Any] | None = None          # only {} / effort null: no reasoning models yet
+    reasoning: ReasoningSpec | None = None
     # haltwise extras
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     timeout: float | None = Field(None, gt=0.0)
     ignore_eos: bool = False
     stop: str | list[str] | None = None
+    max_reasoning_tokens: int | None = Field(None, ge=0)
 
     def to_turn(self) -> ChatTurn:
         """The chat turn; raises ParamError (400) for anything invalid, stateful or unsupported."""
@@ -132,14 +153,15 @@ class ResponsesRequest(_Strict):
         for name in ("store", "background"):
             if getattr(self, name):
                 raise ParamError(name, STATELESS.format(field=f"{name}: true"))
-        if self.reasoning and any(v is not None for v in self.reasoning.values()):
-            raise ParamError("reasoning", "reasoning settings are not supported yet by this server")
+        effort = self.reasoning.effort if self.reasoning else None
         params = SamplingParams(
+            split_reasoning=True, max_reasoning_tokens=reasoning_budget(effort, self.max_reasoning_tokens),
             max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
             structured_outputs=self._structure())
-        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice())
+        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
+                        template_kwargs(None, effort))
 
     def _structure(self) -> Any:
         f = self.text.format if self.text else None
@@ -173,6 +195,8 @@ class ResponsesRequest(_Strict):
                     last["tool_calls"] = [call]
                 else:
                     out.append({"role": "assistant", "content": None, "tool_calls": [call]})
+            elif isinstance(item, ReasoningItem):
+                continue
             else:
                 output = item.output if isinstance(item.output, str) else "".join(p.text for p in item.output)
                 out.append({"role": "tool", "tool_call_id": item.call_id, "content": output})
