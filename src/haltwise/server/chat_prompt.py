@@ -34,6 +34,8 @@ def chat_prompt(request: Request, messages: list[dict[str, Any]], add_generation
                                                allow_special=allow, **extra)
     except ValueError as exc:
         raise ParamError("messages", str(exc)) from exc
+    except TypeError as exc:   # a template variable of a type the template cannot use (chat_template_kwargs)
+        raise ParamError("chat_template_kwargs", f"the chat template could not render this request: {exc}") from exc
 
 
 def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

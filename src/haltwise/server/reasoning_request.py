@@ -24,8 +24,11 @@ from typing import Any
 from haltwise.sampling_params import ParamError
 
 EFFORT_BUDGETS = {"none": 0, "minimal": 256, "low": 1024, "medium": 4096, "high": 16384}
+# Variables and functions the server or Jinja provide to every template (overriding one could break it).
 RESERVED_TEMPLATE_NAMES = frozenset({"messages", "tools", "documents", "add_generation_prompt",
-                                     "bos_token", "eos_token", "unk_token", "pad_token"})
+                                     "bos_token", "eos_token", "unk_token", "pad_token",
+                                     "raise_exception", "strftime_now",
+                                     "range", "dict", "lipsum", "cycler", "joiner", "namespace"})
 
 
 def reasoning_budget(effort: str | None, max_reasoning_tokens: int | None,

@@ -24,6 +24,8 @@ be active at that token). When the sequence ends for any other reason while a ma
 end is still waiting, the end of the text is a boundary: the match counts, as if found on that last
 token, and wins like any content stop (over eos, limits, a loop or the grammar end). For reasons
 decided outside (timeout, cancelled, error) it only moves the cut; the reason stays.
+Reasoning tokens (on_token(answer=False), stopping/reasoning.py) feed no text: only eos and the
+limits apply to them; every other check, the loop detectors included, sees the answer alone.
 `stop_presets: ["auto"]` is resolved before the stopper (stopping/intent.py); params.auto_presets,
 the classifier's report, is appended to every termination detail.
 """

@@ -191,3 +191,10 @@ def test_responses_reasoning_cut_by_budget_and_items_sent_back(url) -> None:
         {"role": "user", "content": "long"}, *[o.model_dump(exclude_none=True) for o in r.output],
         {"role": "user", "content": "plain"}])
     assert again.output_text == SCRIPTS["plain"].answer
+
+
+def test_chat_template_kwargs_cannot_break_the_template(url) -> None:
+    for kwargs in ({"namespace": 1}, {"raise_exception": "x"}):      # Qwen3's template calls namespace()
+        with pytest.raises(openai.BadRequestError) as e:
+            chat(url, "split", extra_body={"chat_template_kwargs": kwargs})
+        assert e.value.body.get("param") == "chat_template_kwargs"
