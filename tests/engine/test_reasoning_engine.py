@@ -78,8 +78,9 @@ def test_budget_closes_the_section_after_exactly_n_tokens_and_the_answer_follows
     assert f"the reasoning budget of {budget} tokens was spent; the answer followed" in t.detail
 
 
-def test_stop_string_inside_reasoning_is_ignored_but_ends_the_answer(engine) -> None:
-    out, updates = run(engine, "stop", stop=["STOP"])
+@pytest.mark.parametrize("boundary", ["prefix", "word"])
+def test_stop_string_inside_reasoning_is_ignored_but_ends_the_answer(engine, boundary) -> None:
+    out, updates = run(engine, "stop", stop=["STOP"], stop_boundary=boundary)
     o = out.outputs[0]
     script = SCRIPTS["stop"]
     assert "STOP" in script.reasoning and o.reasoning_text == script.reasoning     # not cut
@@ -87,6 +88,13 @@ def test_stop_string_inside_reasoning_is_ignored_but_ends_the_answer(engine) -> 
     assert o.termination.reason is Reason.STOP_STRING and o.stop_reason == "STOP"
     assert o.termination.char_offset == len(o.text)
     assert "".join(u.outputs[0].delta_text for u in updates) == o.text
+
+
+def test_stop_presets_act_on_the_answer_only(engine) -> None:
+    out, _ = run(engine, "paragraph", stop_presets=["paragraph"])
+    o = out.outputs[0]
+    assert o.reasoning_text == SCRIPTS["paragraph"].reasoning and "\n\n" in o.reasoning_text
+    assert o.text == "One line." and o.termination.reason is Reason.STOP_STRING and o.stop_reason == "paragraph"
 
 
 def test_stop_token_ids_act_on_the_answer_only(engine) -> None:

@@ -42,6 +42,7 @@ SCRIPTS = {
     "grammar": Script("Maybe the answer is hello world, not a number.", "hello world"),
     "long": Script("one two three four five six seven eight nine ten eleven twelve", "Twelve."),
     "plain": Script(None, "Hello there."),
+    "paragraph": Script("First idea.\n\nSecond idea.", "One line.\n\nMore text."),
     "quit": Script("I give up", "never said", reasoning_end="<|im_end|>"),
 }
 
