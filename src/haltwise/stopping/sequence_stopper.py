@@ -93,8 +93,7 @@ class SequenceStopper:
         """Take one appended output token and its new text; return a Termination if it ends here.
 
         structure_complete: the constraint's name when this token completed the request's grammar.
-        answer: False for a token of a reasoning section (stopping/reasoning.py), tags included: it counts
-        toward the limits and can be eos, but no text, stop, preset or loop check sees it.
+        answer: False for a reasoning-section token (stopping/reasoning.py): limits and eos only.
         """
         if self._term is not None:
             raise RuntimeError("on_token after the sequence terminated")
