@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED
+from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
 
@@ -143,6 +143,7 @@ class ResponsesRequest(_Strict):
     timeout: float | None = Field(None, gt=0.0)
     ignore_eos: bool = False
     stop: str | list[str] | None = None
+    repetition_detection: RepetitionDetectionSpec | None = None  # as on the OpenAI routes
     max_reasoning_tokens: int | None = Field(None, ge=0)
 
     def to_turn(self) -> ChatTurn:
@@ -158,10 +159,11 @@ class ResponsesRequest(_Strict):
             split_reasoning=True, max_reasoning_tokens=reasoning_budget(effort, self.max_reasoning_tokens),
             max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
+            repetition_detection=loop_detection(self.repetition_detection),
             stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
             structured_outputs=self._structure())
         return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
-                        template_kwargs(None, effort))
+                        self.parallel_tool_calls, template_kwargs=template_kwargs(None, effort))
 
     def _structure(self) -> Any:
         f = self.text.format if self.text else None
