@@ -26,7 +26,7 @@ SPLIT = SCRIPTS["split"]
 
 @pytest.fixture(scope="module")
 def url() -> Iterator[str]:
-    with ServerThread(build_app(AsyncEngine(tiny_qwen3_engine()), "tiny")) as server:
+    with ServerThread(build_app(AsyncEngine(tiny_qwen3_engine(max_model_len=1024)), "tiny")) as server:
         yield server.url
 
 
@@ -198,3 +198,20 @@ def test_chat_template_kwargs_cannot_break_the_template(url) -> None:
         with pytest.raises(openai.BadRequestError) as e:
             chat(url, "split", extra_body={"chat_template_kwargs": kwargs})
         assert e.value.body.get("param") == "chat_template_kwargs"
+
+
+def test_tool_call_grammar_applies_to_the_answer_only(url) -> None:
+    """tool_choice required: the call grammar constrains the answer; the reasoning before it stays free text."""
+    params = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+    r = chat(url, "split", seed=1, tool_choice="required",
+             tools=[{"type": "function", "function": {"name": "pick", "description": "pick", "parameters": params}}])
+    choice = r.choices[0]
+    assert choice.message.model_extra["reasoning_content"] == SPLIT.reasoning
+    assert choice.finish_reason in ("tool_calls", "length")     # random weights may run out of max_tokens
+    if choice.finish_reason == "tool_calls":
+        assert choice.message.tool_calls[0].function.name == "pick" and not choice.message.content
+    msg = claude(url).messages.create(model="tiny", max_tokens=120, messages=ask("split"), tool_choice={"type": "any"},
+                                      tools=[{"name": "pick", "description": "pick", "input_schema": params}],
+                                      thinking={"type": "enabled", "budget_tokens": 4}, extra_body={"seed": 1})
+    assert msg.content[0].type == "thinking" and SPLIT.reasoning.startswith(msg.content[0].thinking)
+    assert [b.type for b in msg.content[1:]] == ["tool_use"] or msg.stop_reason == "max_tokens"
