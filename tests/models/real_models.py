@@ -36,7 +36,7 @@ def real_model_path(name: str) -> Path:
     except ImportError:
         resolve_model = None
     if resolve_model is not None:
-        return resolve_model(name, install=False, progress=None)
+        return resolve_model(name, progress=None)
     if cached.is_file():
         return cached
     return _assemble(name, cached)

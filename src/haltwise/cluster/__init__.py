@@ -13,5 +13,6 @@ Only this package imports ray, and only `haltwise serve --replicas/--ray-address
   router.py   the request router: prefix affinity, else power of two choices
   client.py   RemoteEngine, the ingress side
   metrics.py  per-replica Prometheus metrics (`replica` label)
+  auth.py     Ray's authentication: token unless disabled on a loopback-only cluster; token file 0600
   launch.py   a loopback Ray cluster or an existing one; deploy; the `serve` entry point
 """

@@ -11,6 +11,8 @@ Serve settings, and why:
   graceful_shutdown_timeout_s  >= the longest request deadline (in-flight streams finish on stop)
   request_timeout_s            not set: Serve's timeout would cut long streams
   no HTTP proxy                the haltwise app is the ingress; Serve only routes to replicas
+  authentication               cluster/auth.py: token auth unless RAY_AUTH_MODE=disabled on a loopback-only
+                               cluster; stated at start; the token file 0600
   OMP_NUM_THREADS / threads    --replica-cpus each: Ray would otherwise set OMP_NUM_THREADS to the
                                replica's CPU count, and the engine keeps one torch thread team
 """
@@ -19,11 +21,13 @@ from __future__ import annotations
 import logging
 import math
 import os
+import sys
 import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from haltwise.cluster import auth as cluster_auth
 from haltwise.config import EngineConfig
 
 log = logging.getLogger("haltwise.cluster")
@@ -63,6 +67,9 @@ class ClusterSession:
 
     @classmethod
     def open(cls, address: str | None = None, num_cpus: float | None = None) -> "ClusterSession":
+        """Raises cluster.auth.ClusterAuthError (before Ray starts) for refused authentication settings."""
+        auth = cluster_auth.resolve_auth(address)
+        cluster_auth.apply(auth, local=address is None)
         import ray
 
         started = time.monotonic()
@@ -74,6 +81,8 @@ class ClusterSession:
             ray.init(address=address, namespace=APP_NAME, logging_level=logging.WARNING, log_to_driver=True)
         log.info("ray %s in %.1fs", "started on 127.0.0.1" if address is None else f"joined at {address}",
                  time.monotonic() - started)
+        if auth.token_path is not None:   # Ray may have written it (with the umask's mode)
+            cluster_auth.secure_token_file(auth.token_path, create=False)
         return cls(local=address is None)
 
     def deploy(self, build: dict[str, Any], replicas: int, replica_cpus: float, max_queue: int,
@@ -136,7 +145,11 @@ def serve_cluster(args: Any, serve: Any) -> int:
         if num_cpus > cores:
             log.warning("%d replicas x %g CPUs exceed this machine's %d cores: they will share them",
                         replicas, args.replica_cpus, cores)
-    session = ClusterSession.open(args.ray_address, num_cpus=num_cpus)
+    try:
+        session = ClusterSession.open(args.ray_address, num_cpus=num_cpus)
+    except cluster_auth.ClusterAuthError as e:
+        print(f"haltwise serve: error: {e}", file=sys.stderr, flush=True)
+        return 2
     try:
         build = {"model": args.model, "engine_config": engine_config_from(args), "rope_scaling": args.rope_scaling,
                  "default_timeout": args.default_timeout, "tiny": args.tiny, "watchdog_s": args.watchdog}

@@ -1,7 +1,8 @@
 """The asyncio face of the engine: one background engine thread, requests in, RequestOutput updates out.
 
     event loop (server)                     engine thread
-    generate() --submit--> inbox ---------> add_request (admission; error -> future)
+    generate() --prepare (worker pool: stoppers, matchers, grammar; validation errors raise here)
+               --submit--> inbox ---------> admit (queue only; admission error -> future)
                <--future-- ...               step() -> updates
     queue.get() <--call_soon_threadsafe---- deliver(update)
     close/cancel --abort------------------> applied before the next step
@@ -16,12 +17,14 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import AsyncIterator
 
 from haltwise.config import EngineConfig
 from haltwise.engine.breaker import CircuitBreaker
 from haltwise.engine.engine import EngineStats, LLMEngine
+from haltwise.engine.request_state import RequestState
 from haltwise.engine.torch_thread import TorchThread
 from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
 from haltwise.outputs import RequestOutput
@@ -33,10 +36,13 @@ log = logging.getLogger("haltwise.engine")
 
 @dataclass
 class _Submission:
-    request_id: str
-    prompt_token_ids: list[int]
-    params: SamplingParams
+    request: RequestState       # prepared off the engine thread (LLMEngine.prepare_request)
     accepted: asyncio.Future
+
+
+# Per-request preparation (n stoppers with their stop-string automaton, grammar compile and matchers)
+# runs on this many worker threads, never on the event loop nor on the engine thread between steps.
+PREPARE_WORKERS = 2
 
 
 class AsyncEngine:
@@ -52,6 +58,7 @@ class AsyncEngine:
         self.watchdog_s = watchdog_s           # a step running longer than this is declared hung
         self.breaker = breaker or CircuitBreaker()
         self._inbox: queue.SimpleQueue[_Submission] = queue.SimpleQueue()
+        self._prepare = ThreadPoolExecutor(PREPARE_WORKERS, thread_name_prefix="haltwise-prepare")
         self._streams: dict[str, asyncio.Queue] = {}
         self._wake = threading.Event()
         self._stop = threading.Event()
@@ -96,6 +103,7 @@ class AsyncEngine:
         self._stop.set()
         self._wake.set()
         self._torch_thread.close()
+        self._prepare.shutdown(wait=False, cancel_futures=True)
 
     @property
     def ready(self) -> bool:
@@ -129,7 +137,9 @@ class AsyncEngine:
         self._streams[request_id] = updates
         finished = False
         try:
-            self._inbox.put(_Submission(request_id, list(prompt_token_ids), params, accepted))
+            prepared = await asyncio.get_running_loop().run_in_executor(
+                self._prepare, self.engine.prepare_request, request_id, list(prompt_token_ids), params)
+            self._inbox.put(_Submission(prepared, accepted))
             self._wake.set()
             await accepted
             while True:
@@ -186,7 +196,7 @@ class AsyncEngine:
             except queue.Empty:
                 return
             try:
-                self.engine.add_request(sub.request_id, sub.prompt_token_ids, sub.params)
+                self.engine.admit(sub.request)
                 self._resolve(sub.accepted, None)
             except HaltwiseError as e:
                 self._resolve(sub.accepted, e)

@@ -117,8 +117,13 @@ class LLMEngine:
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     arrival_time: float | None = None) -> None:
         """Raises InvalidRequest / ContextLengthExceeded / RequestTooLarge / Overloaded; nothing is kept then."""
-        if request_id in self.requests:
-            raise InvalidRequest(f"Duplicate request id {request_id!r}.", param="request_id")
+        self.admit(self.prepare_request(request_id, prompt_token_ids, params, arrival_time))
+
+    def prepare_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                        arrival_time: float | None = None) -> RequestState:
+        """Validate and build a request's per-sequence state (stoppers, matchers, detokenizers): the costly
+        per-request work, which touches no engine state, so any thread may run it (AsyncEngine runs it off
+        the engine thread). Raises InvalidRequest / ContextLengthExceeded."""
         prompt, truncated = self.prepare_prompt(prompt_token_ids, params)
         arrival = arrival_time if arrival_time is not None else time.monotonic()
         timeout = params.timeout if params.timeout is not None else self.default_timeout
@@ -127,9 +132,16 @@ class LLMEngine:
         if grammar is not None:
             for state in states:
                 state.matcher = grammar.new_matcher()
+        return RequestState(request_id, prompt, states, truncated)
+
+    def admit(self, request: RequestState) -> None:
+        """Queue a prepared request's sequences (engine thread). Raises RequestTooLarge / Overloaded."""
+        request_id = request.request_id
+        if request_id in self.requests:
+            raise InvalidRequest(f"Duplicate request id {request_id!r}.", param="request_id")
         added: list[Sequence] = []
         try:
-            for state in states:
+            for state in request.seqs:
                 self.scheduler.add(state.seq)
                 added.append(state.seq)
         except AdmissionError as e:
@@ -139,7 +151,7 @@ class LLMEngine:
             if e.kind == "too_large":
                 raise RequestTooLarge(str(e), param="max_tokens") from None
             raise Overloaded(str(e), retry_after=retry if retry is not None else 1.0) from None
-        self.requests[request_id] = RequestState(request_id, prompt, states, truncated)
+        self.requests[request_id] = request
 
     def compile_structure(self, params: SamplingParams):
         """The compiled grammar of params.structured_outputs (cached), or None; raises InvalidRequest (400)."""
@@ -270,7 +282,8 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits)
 
     def describe(self) -> str:
-        text = (f"{self.budget.describe()}; max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
+        text = (f"{self.budget.describe()}, KV dtype {self.config.kv_dtype}; max_model_len {self.max_model_len}; "
+                f"dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
         return f"{text}\n{plan.describe()}" if plan is not None else text

@@ -4,12 +4,15 @@ Each step spends a token budget (max_num_batched_tokens) over at most max_num_se
 
     1. running decodes   (1 token each, admission order)   -- never starved by prefills
     2. running prefills  (chunks of min(remaining, budget)) -- long prompts, recomputation after preemption
-    3. waiting sequences (FCFS; start while blocks and the watermark allow; first chunk this step)
+    3. waiting sequences (round-robin across requests, engine/fairness.py; start while blocks and the
+       watermark allow; first chunk this step)
 
 A step that needs a block when none is free preempts the most recently admitted running sequence:
 its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of the waiting queue
 with its token ids (prompt + generated) intact, to be recomputed as a prefill. Sampling happens
 only for a chunk that reaches the sequence's end, so a preempted sequence resumes exactly where it was.
+A request with nothing running may also displace the latest sequence of the request running the most
+(fairness.py), the same way.
 
 The scheduler never touches tensors, the tokenizer or the model; `finish` is the only place a
 sequence becomes FINISHED.
@@ -23,6 +26,7 @@ from dataclasses import dataclass, field
 from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionError, AdmissionPolicy
 from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.fairness import FairStarts
 from haltwise.engine.sequence import Sequence, SequenceStatus
 from haltwise.stopping.termination import Termination
 
@@ -187,17 +191,36 @@ class Scheduler:
             scheduled.append(ScheduledSeq(seq, n))
             budget -= n
 
-        # 3. Start waiting sequences, first come first served: stop at the first that cannot start.
-        while self._waiting and budget > 0 and len(self._running) < self.max_num_seqs:
-            seq = self._waiting[0]
-            if not self.policy.may_start(seq, self.allocator.num_used_blocks, len(self._running)):
-                break
-            if not self.allocator.can_allocate_seq(seq):
+        # 3. Start waiting sequences, fairly across requests (fairness.py): stop at the first that cannot start.
+        if self._waiting and budget > 0:
+            budget = self._start_waiting(scheduled, preempted, budget)
+
+        return SchedulerOutput(scheduled, preempted, sum(s.num_new_tokens for s in scheduled))
+
+    def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int) -> int:
+        """Start waiting sequences in FairStarts order while budget, slots and blocks allow; returns the budget left.
+
+        A request with nothing running that cannot start displaces the latest sequence of the request running
+        the most (a displaced sequence already scheduled this step is unscheduled, its tokens refunded).
+        """
+        order = FairStarts(self._waiting, self._running)
+        while budget > 0 and (seq := order.next()) is not None:
+            while not self._can_start(seq):
+                victim = order.victim(seq, self._running)
+                if victim is None:
+                    break
+                for i, s in enumerate(scheduled):
+                    if s.seq is victim:
+                        budget += scheduled.pop(i).num_new_tokens
+                        break
+                self._preempt(victim)
+                preempted.append(victim)
+            if not self._can_start(seq):
                 break
             remaining = seq.num_tokens - self.allocator.lookup_prefix(seq)
             if not self.config.enable_chunked_prefill and remaining > budget and scheduled:
                 break  # waits for a step where it fits whole (or runs alone when larger than the budget)
-            self._waiting.popleft()
+            order.started(seq)
             self.allocator.allocate_prompt(seq)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
@@ -206,8 +229,13 @@ class Scheduler:
                 n = min(n, budget)
             scheduled.append(ScheduledSeq(seq, n))
             budget -= n
+        self._waiting = deque(s for s in self._waiting if s.status == SequenceStatus.WAITING)
+        return budget
 
-        return SchedulerOutput(scheduled, preempted, sum(s.num_new_tokens for s in scheduled))
+    def _can_start(self, seq: Sequence) -> bool:
+        return (len(self._running) < self.max_num_seqs
+                and self.policy.may_start(seq, self.allocator.num_used_blocks, len(self._running))
+                and self.allocator.can_allocate_seq(seq))
 
     def _reserve(self, seq: Sequence, num_tokens: int, preempted: list[Sequence]) -> bool:
         """Make seq's block table cover num_tokens positions, preempting from the back as needed.

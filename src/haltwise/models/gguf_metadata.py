@@ -10,6 +10,7 @@ from gguf import GGUFReader, GGUFValueType
 from haltwise.config import ModelConfig
 from haltwise.models.architectures import family_of, window_pattern
 from haltwise.models.errors import ModelLoadError
+from haltwise.models.gguf_bounds import check_dimensions, check_fits_file, implied_parameters
 
 
 def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
@@ -86,17 +87,26 @@ def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
         window = int(_field(reader, f"{arch}.context_length"))
         layers = int(_field(reader, f"{arch}.block_count"))
         ffn = int(_field(reader, f"{arch}.feed_forward_length"))
-    except TypeError:
+    except (TypeError, ValueError):
         raise ModelLoadError(f"{path}: GGUF metadata lacks one of {arch}.embedding_length, "
                              f"attention.head_count, context_length, block_count, feed_forward_length") from None
     vocab = _field(reader, f"{arch}.vocab_size") or _array_len(reader, "tokenizer.ggml.tokens")
     if vocab is None:
         raise ModelLoadError(f"{path}: no {arch}.vocab_size and no tokenizer.ggml.tokens to count")
+    check_dimensions({"embedding_length": hidden, "attention.head_count": heads, "context_length": window,
+                      "block_count": layers, "feed_forward_length": ffn, "vocab_size": int(vocab)}, path)
     eos = tuple(int(t) for t in (_field(reader, "tokenizer.ggml.eos_token_id"),
                                  _field(reader, "tokenizer.ggml.eot_token_id")) if t is not None)
     bos = _field(reader, "tokenizer.ggml.bos_token_id")
     names = {t.name for t in reader.tensors}
     head_dim = int(_field(reader, f"{arch}.attention.key_length", hidden // heads))
+    kv_heads = int(_field(reader, f"{arch}.attention.head_count_kv", heads))
+    check_dimensions({"attention.key_length": head_dim, "attention.head_count_kv": kv_heads}, path)
+    if heads % kv_heads:
+        raise ModelLoadError(f"{path}: attention.head_count {heads} is not a multiple of head_count_kv {kv_heads}")
+    tied = "output.weight" not in names
+    check_fits_file(implied_parameters(int(vocab), hidden, layers, heads, kv_heads, head_dim, ffn, tied),
+                    Path(path).stat().st_size, path)
     sliding = _field(reader, f"{arch}.attention.sliding_window")
     layer_types = None
     if sliding is not None:
@@ -109,12 +119,12 @@ def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
         intermediate_size=ffn,
         num_layers=layers,
         num_heads=heads,
-        num_kv_heads=int(_field(reader, f"{arch}.attention.head_count_kv", heads)),
+        num_kv_heads=kv_heads,
         head_dim=head_dim,
         max_position_embeddings=window,
         rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
-        tie_word_embeddings="output.weight" not in names,
+        tie_word_embeddings=tied,
         rope_scaling=_rope_scaling(reader, arch, window),
         bos_token_id=None if bos is None else int(bos),
         eos_token_ids=tuple(dict.fromkeys(eos)),

@@ -107,7 +107,12 @@ def gguf_tensors(reader: GGUFReader, config: ModelConfig, path: Path | None = No
             width = row_bytes(qtype, shape[-1])
         except UnsupportedQuantization as e:
             raise ModelLoadError(f"{where}: tensor {t.name}: {e}") from None
-        data = np.asarray(t.data).reshape(-1).view(np.uint8).reshape(-1, width)
+        raw = np.asarray(t.data).reshape(-1).view(np.uint8)
+        rows = int(np.prod(shape[:-1], dtype=np.int64)) if len(shape) > 1 else 1
+        if raw.size != rows * width:   # a shape the stored bytes do not cover (damaged or crafted file)
+            raise ModelLoadError(f"{where}: tensor {t.name} of shape {shape} needs {rows * width:,} bytes; "
+                                 f"the file holds {raw.size:,} for it")
+        data = raw.reshape(-1, width)
         yield GGUFTensor(t.name, name, qtype, data, shape, _unpermute_heads(name, config, options),
                          options.norm_plus_one and name.endswith("norm.weight"))
 

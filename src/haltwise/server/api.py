@@ -104,6 +104,7 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
     """Run the engine requests; answer with JSON or SSE. The run is always closed (aborting leftovers)."""
     recorders = [RequestRecorder(st.metrics, rid if len(prompts) == 1 else f"{rid}-{i}", st.log_content, t)
                  for i, t in enumerate(prompt_texts)]
+    _check_queue_room(st, params.n * len(prompts))
     run = EngineRun(st.engine, request, rid, prompts, params, recorders)
     handed_off = False
     await _check_structure(st, params)
@@ -122,6 +123,18 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
     finally:
         if not handed_off:
             await run.close()
+
+
+def _check_queue_room(st: ServerState, sequences: int) -> None:
+    """The request is charged its real cost, n x prompts sequences, against the queue before any prompt
+    starts: all of them fit, or 503 at once (not after the first prompts were admitted and ran)."""
+    config = getattr(st.engine, "engine_config", None)
+    if config is None:   # a cluster: each replica's queue decides
+        return
+    waiting = st.engine.stats().num_waiting
+    if waiting + sequences > config.max_queue:
+        raise Overloaded(f"server busy: {waiting} sequences waiting; this request adds {sequences} "
+                         f"(n x prompts), over max_queue {config.max_queue}", retry_after=1.0)
 
 
 async def _check_structure(st: ServerState, params: SamplingParams) -> None:
@@ -163,7 +176,8 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
     """OpenAI completions; `prompt` may be a string, strings, token ids or lists of token ids."""
     st, params, tok = _begin(request, body)
     raw = body.prompts()
-    prompts = [tok.encode(p) if isinstance(p, str) else p for p in raw]
+    # Tokenizing up to max_prompts large prompts is CPU work: off the event loop (a worker thread).
+    prompts = await run_in_threadpool(lambda: [tok.encode(p) if isinstance(p, str) else p for p in raw])
     texts = [p if isinstance(p, str) else None for p in raw]
     rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
 
@@ -186,7 +200,8 @@ async def create_chat_completion(body: ChatCompletionRequest, request: Request) 
         body.tools, body.tool_choice, body.parallel_tool_calls, body.template_messages(), params, tok,
         st.tool_call_parser)
     tools = plan.constraint if plan is not None else None
-    text, prompt = chat_prompt(request, messages, **{**body.template_kwargs(), **template_kwargs})
+    text, prompt = await run_in_threadpool(chat_prompt, request, messages,   # template: off the loop
+                                           **{**body.template_kwargs(), **template_kwargs})
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
     chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage, tool_calls=tools)
     return await _generate(request, st, rid, [prompt], [text], params, body.stream,
@@ -217,12 +232,13 @@ async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     if (body.prompt is None) == (body.messages is None):
         raise ParamError("prompt", "give exactly one of 'prompt' or 'messages'")
     if body.messages is not None:
-        _, ids = chat_prompt(request, [{"role": m.role, "content": m.text()} for m in body.messages],
-                             add_generation_prompt=body.add_generation_prompt)
+        _, ids = await run_in_threadpool(chat_prompt, request, [{"role": m.role, "content": m.text()}
+                                                                for m in body.messages],
+                                         add_generation_prompt=body.add_generation_prompt)
         if body.add_special_tokens:  # the tokenizer's own BOS/EOS around the chat, as encode() adds them
             ids = tok.encode("", add_special_tokens=True)[:1 if tok.bos_token_id is not None else 0] + ids
     else:
-        ids = tok.encode(body.prompt, add_special_tokens=body.add_special_tokens is not False)
+        ids = await run_in_threadpool(tok.encode, body.prompt, add_special_tokens=body.add_special_tokens is not False)
     return {"count": len(ids), "max_model_len": st.engine.max_model_len, "tokens": ids}
 
 

@@ -6,6 +6,8 @@ Guards, outermost first:
                 or (as Anthropic's clients send it) `x-api-key: KEY`, compared in constant time, else 401. /health, /ready, /metrics, /docs and
                 /openapi.json stay unauthenticated on purpose: probes and scrapers carry no secrets.
                 With protect_metrics, /metrics and /cluster need the key too.
+  PerClientConcurrency -- with max_concurrent_per_client, at most N requests in flight per client, else 429
+                (client_limit.py).
   BodyDeadline -- the whole body within body_timeout seconds, else 408 (connections.py).
   BodyLimit  -- reads the whole body (at most max_body_bytes) before any parsing; more is a 413.
 """
@@ -20,6 +22,7 @@ from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from haltwise.server.api import ServerState, router
+from haltwise.server.client_limit import PerClientConcurrency
 from haltwise.server.connections import DEFAULTS as CONNECTION_DEFAULTS
 from haltwise.server.connections import BodyDeadline
 from haltwise.server.edge_security import LOOPBACK_HOSTS, install_edge_security
@@ -107,7 +110,8 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
               allow_special_tokens_in_content: bool = False,
               allowed_hosts: Sequence[str] = LOOPBACK_HOSTS, cors_origins: Sequence[str] = (),
               protect_metrics: bool = False, body_timeout: float = CONNECTION_DEFAULTS.body_timeout,
-              docs: bool = False, caps: RequestCaps = DEFAULT_CAPS) -> FastAPI:
+              docs: bool = False, caps: RequestCaps = DEFAULT_CAPS,
+              max_concurrent_per_client: int | None = None) -> FastAPI:
     """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
@@ -116,6 +120,7 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     allow_special_tokens_in_content: user/tool text may spell control tokens (tokenizer/untrusted.py).
     allowed_hosts, cors_origins: see edge_security.py. docs: serve /docs and /redoc (they load Swagger
     UI from a CDN, so off by default); /openapi.json is always served. caps: see limits.py.
+    max_concurrent_per_client: see client_limit.py (None: no per-client limit).
     """
     metrics = ServerMetrics(engine.stats)
     for collector in getattr(engine, "metric_collectors", list)():  # e.g. per-replica metrics of a cluster
@@ -148,6 +153,8 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
         install_page(app)
     app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
     app.add_middleware(BodyDeadline, timeout=body_timeout)
+    if max_concurrent_per_client:  # inside the key check: an unauthenticated request never takes a slot
+        app.add_middleware(PerClientConcurrency, limit=max_concurrent_per_client, keyed=bool(api_key))
     if api_key:  # added after the body guards = outside them: unauthenticated bodies are never buffered
         app.add_middleware(ApiKey, api_key=api_key, metrics=metrics, protect_metrics=protect_metrics)
     elif protect_metrics:

@@ -11,12 +11,14 @@ Timeline of one connection, and the limit that closes it (defaults in DEFAULTS, 
   from the connection's start, or from the first byte of a following request, to the complete head.
 - body_timeout: BodyDeadline bounds reading the whole body (the BodyLimit guard buffers it) -> 408.
 - keep_alive: uvicorn's timeout_keep_alive, between a response and the next request's first byte.
-- limit_concurrency: uvicorn answers 503 to requests while this many connections or tasks are open.
+- limit_concurrency: requests get 503 while this many connections or tasks are open. uvicorn's own answer
+  is plain text; HeadTimeoutH11 takes the cap over and answers OpenAI-shaped JSON with Retry-After.
 """
 from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,13 +68,31 @@ def limits_from(args: argparse.Namespace) -> ConnectionLimits:
 
 
 class HeadTimeoutH11(H11Protocol):
-    """uvicorn's h11 protocol plus a request-head deadline (class attribute set by protocol_class).
+    """uvicorn's h11 protocol plus a request-head deadline (class attribute set by protocol_class), and the
+    connection cap answered as JSON.
 
     Invariant: while the peer is between requests with bytes pending (h11 state IDLE, not closed) exactly
     one head timer is armed; it is cancelled as soon as h11 has parsed the head (state leaves IDLE).
     """
 
     header_timeout: float = DEFAULTS.header_timeout
+
+    def __init__(self, config: uvicorn.Config, server_state: Any, app_state: dict[str, Any],
+                 _loop: asyncio.AbstractEventLoop | None = None) -> None:
+        super().__init__(config, server_state, app_state, _loop)
+        # uvicorn's cap check (before the request's task exists) would send its plain-text 503; the same
+        # check runs here inside the task instead, where the task itself is already counted.
+        self._cap, self.limit_concurrency = self.limit_concurrency, None
+        self.app = functools.partial(self._capped, self.app)
+
+    async def _capped(self, app: ASGIApp, scope: Scope, receive: Receive, send: Send) -> None:
+        cap = self._cap
+        if cap is not None and scope["type"] == "http" and (
+                len(self.connections) >= cap or len(self.tasks) > cap):
+            return await send_error(send, 503, f"The server has {cap} open connections or requests "
+                                    "(--max-connections); retry later", "server_overloaded",
+                                    headers=[(b"retry-after", b"1"), (b"connection", b"close")])
+        await app(scope, receive, send)
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)

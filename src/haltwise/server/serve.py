@@ -46,6 +46,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--docs", action="store_true", help="serve /docs and /redoc (they load Swagger UI from a CDN)")
     connections.add_arguments(parser)
     limits.add_arguments(parser)
+    a("--max-concurrent-per-client", type=int, default=None, metavar="N",
+      help="requests in flight per client (its API key, else its address) before 429 + Retry-After (default: off)")
     a("--default-timeout", type=float, default=None, help="seconds per request unless it sets `timeout`")
     a("--watchdog", type=float, default=30.0, help="seconds an engine step may run before its requests fail")
     a("--max-body-bytes", type=parse_memory, default=DEFAULT_MAX_BODY_BYTES, help="request body limit (413)")
@@ -115,7 +117,8 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
                     log_content=args.log_content, shutdown_grace=args.shutdown_grace, ui=not args.no_ui,
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     allowed_hosts=hosts, cors_origins=_split(args.cors_origins), protect_metrics=args.protect_metrics,
-                    body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args))
+                    body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args),
+                    max_concurrent_per_client=args.max_concurrent_per_client)
     app.state.server.tool_call_parser = args.tool_call_parser
     config = connections.uvicorn_config(app, args.host, args.port, conn, log_level="info",
                                         h11_max_incomplete_event_size=args.max_header_bytes,

@@ -35,6 +35,7 @@ def read_gguf_metadata(path: str | Path) -> dict[str, Any]:
         if version < 2:
             raise ValueError(f"{path}: GGUF version {version} is not supported (need >= 2)")
         reader = _Reader(buf, 4 + 4 + 8 + 8)
+        reader.need(n_kv, 8 + 4, "key/value pairs")
         out: dict[str, Any] = {}
         for _ in range(n_kv):
             key = reader.string()
@@ -51,6 +52,13 @@ class _Reader:
         self.buf = buf
         self.pos = pos
 
+    def need(self, count: int, min_size: int, what: str) -> None:
+        """`count` items of at least `min_size` bytes each must fit in what is left, else ValueError (a crafted
+        count would otherwise drive a loop or an allocation far beyond the file)."""
+        left = len(self.buf) - self.pos
+        if count * min_size > left:
+            raise ValueError(f"GGUF metadata at byte {self.pos}: {count} {what} cannot fit in the {left} bytes left")
+
     def u32(self) -> int:
         (v,) = struct.unpack_from("<I", self.buf, self.pos)
         self.pos += 4
@@ -63,6 +71,7 @@ class _Reader:
 
     def string(self) -> str:
         n = self.u64()
+        self.need(n, 1, "string bytes")
         s = self.buf[self.pos:self.pos + n].decode("utf-8", errors="replace")
         self.pos += n
         return s
@@ -72,6 +81,8 @@ class _Reader:
             return self.string()
         if vtype == _ARRAY:
             etype, count = self.u32(), self.u64()
+            self.need(count, 8 if etype == _STRING else struct.calcsize(_SCALARS[etype][0]) if etype in _SCALARS else 1,
+                      "array elements")
             if etype == _STRING:
                 return [self.string() for _ in range(count)]
             if etype in _SCALARS:

@@ -3,7 +3,9 @@ at setup time so the first start does not wait for the compiler.
 
 The build goes to a persistent cache, ~/.cache/haltwise/kernels/<key> (HALTWISE_KERNEL_CACHE overrides
 the root), keyed by the sources, the torch and Python versions and the machine architecture, so any
-change rebuilds and stale builds are never loaded. No -march: one binary serves every CPU of the
+change rebuilds and stale builds are never loaded. The build directory and the built module must be owned
+by this user and not group/world-writable (cache_trust.py), else the directory is removed and rebuilt,
+with a warning. No -march: one binary serves every CPU of the
 architecture, and ISA-specific kernel files are chosen at run time from what the CPU reports.
 
 Nothing here raises: `load()` returns the module or None, and `failure()` says why it is missing
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import logging
 import os
 import platform
 import shutil
@@ -23,6 +26,9 @@ from types import ModuleType
 
 import torch
 
+from haltwise.kernels.cache_trust import first_distrust
+
+log = logging.getLogger("haltwise.kernels")
 CSRC = Path(__file__).parent / "csrc"
 SOURCES = ("ops.cpp", "decode_stack.cpp", "thread_pool.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp")
 # -ffp-contract=off: no a * b + c is fused unless the source says so (intrinsics), so an inlined helper
@@ -58,7 +64,8 @@ def load(verbose: bool = False) -> ModuleType | None:
 
         key = build_key()
         directory = cache_root() / key
-        directory.mkdir(parents=True, exist_ok=True)
+        _drop_if_untrusted(directory, key)
+        directory.mkdir(parents=True, exist_ok=True, mode=0o755)
         os.environ.setdefault("MAX_JOBS", str(max(1, min(3, os.cpu_count() or 1))))
         # torch's own build lock is a plain file that a killed build leaves behind, after which every
         # later load waits on it forever. An flock dies with its holder: under it, no other haltwise
@@ -74,6 +81,18 @@ def load(verbose: bool = False) -> ModuleType | None:
         _state["failure"] = _describe(e)
         return None
     return _state["module"]  # type: ignore[return-value]
+
+
+def _drop_if_untrusted(directory: Path, key: str) -> None:
+    """Remove a build directory (and what it holds) that another user owns or others can write: rebuilt."""
+    built = [directory / f"haltwise_native_{key}.so", directory / "build.ninja"]
+    reason = first_distrust(directory, *built) if directory.exists() else None
+    if reason is None:
+        return
+    log.warning("haltwise: not loading the cached native kernels: %s; rebuilding them", reason)
+    shutil.rmtree(directory, ignore_errors=True)
+    if directory.exists():
+        raise RuntimeError(f"untrusted native kernel cache {directory} ({reason}) could not be removed")
 
 
 def failure() -> str | None:
