@@ -168,3 +168,9 @@ def test_a_model_without_think_tags_ignores_split_reasoning() -> None:
         while engine.has_unfinished():
             outs.update({u.request_id: u.outputs[0] for u in engine.step() if u.finished})
     assert outs["sTrue"].token_ids == outs["sFalse"].token_ids and outs["sTrue"].reasoning_text == ""
+
+
+def test_a_tag_typed_by_the_user_does_not_open_the_section(engine) -> None:
+    out, _ = run(engine, "split <think>")       # the last user message ends with the open tag's token
+    o = out.outputs[0]
+    assert (o.reasoning_text, o.text) == (SCRIPTS["split"].reasoning, SCRIPTS["split"].answer)

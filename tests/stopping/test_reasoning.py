@@ -26,6 +26,9 @@ def test_prompt_decides_where_the_output_starts() -> None:
     assert TAGS.prompt_phase([5, OPEN, 7]) is Phase.REASONING                # DeepSeek-R1 style: opened in the prompt
     assert TAGS.prompt_phase([5, OPEN, 7, CLOSE, 8]) is Phase.ANSWER         # enable_thinking false: closed
     assert TAGS.prompt_phase([OPEN, CLOSE, 9, OPEN]) is Phase.REASONING      # only the last tag counts
+    marked = ReasoningTags(OPEN, CLOSE, frozenset({1}))                      # 1: a role marker (<|im_start|>)
+    assert marked.prompt_phase([5, OPEN, 1, 7]) is Phase.AWAITING            # a tag before this turn: not ours
+    assert marked.prompt_phase([5, 1, 7, OPEN, 8]) is Phase.REASONING
 
 
 def test_roles_of_a_section_the_model_opens_and_closes() -> None:
@@ -82,7 +85,8 @@ def test_note_when_the_request_ends_inside_the_reasoning() -> None:
     ("{{ '<think>' }}", {"<think>": 5}, False),               # no single close token
 ])
 def test_tags_need_the_template_and_both_single_tokens(template, ids, has_tags) -> None:
-    tok = SimpleNamespace(chat_template=SimpleNamespace(source=template), token_to_id=ids.get)
+    tok = SimpleNamespace(chat_template=SimpleNamespace(source=template), token_to_id=ids.get,
+                          special_token_ids=frozenset({1}))
     assert (ReasoningTags.of(tok) is not None) is has_tags
 
 

@@ -54,6 +54,7 @@ class Role(Enum):
 class ReasoningTags:
     open_id: int
     close_id: int
+    turn_marker_ids: frozenset[int] = frozenset()   # special tokens (role markers): the prompt scan stops there
 
     @classmethod
     def of(cls, tokenizer: Any) -> "ReasoningTags | None":
@@ -62,15 +63,21 @@ class ReasoningTags:
         open_id, close_id = tokenizer.token_to_id(OPEN_TAG), tokenizer.token_to_id(CLOSE_TAG)
         if OPEN_TAG not in template or open_id is None or close_id is None:
             return None
-        return cls(open_id, close_id)
+        return cls(open_id, close_id, frozenset(tokenizer.special_token_ids))
 
     def prompt_phase(self, prompt_token_ids: Sequence[int]) -> Phase:
-        """Where the prompt leaves the output: inside an open section, after a closed one, or undecided."""
+        """Where the prompt leaves the output: inside an open section, after a closed one, or undecided.
+
+        Only the assistant turn being generated counts (the tokens after the last special token, e.g.
+        <|im_start|>): a tag in earlier turns, or typed in a user message, never opens this output's section.
+        """
         for token in reversed(prompt_token_ids):
             if token == self.open_id:
                 return Phase.REASONING
             if token == self.close_id:
                 return Phase.ANSWER
+            if token in self.turn_marker_ids:
+                break
         return Phase.AWAITING
 
 
