@@ -167,7 +167,7 @@ def format_per_prompt(prompts: list[ToolPrompt], answers: dict[str, list[Answer]
                       summaries: list[dict[str, Any]]) -> str:
     """One line per prompt: what was expected, and per server the calls, the finish reason and a verdict."""
     verdicts = {s["server"]: s["per_prompt"] for s in summaries}
-    lines = [f"{'prompt':<18} {'kind':<10} {'expected':<28} " + " | ".join(f"{n:<40}" for n in answers)]
+    lines = [f"{'prompt':<18} {'kind':<10} {'expected':<32} " + " | ".join(f"{n:<40}" for n in answers)]
     for i, p in enumerate(prompts):
         cells = []
         for name, a_list in answers.items():
@@ -175,7 +175,7 @@ def format_per_prompt(prompts: list[ToolPrompt], answers: dict[str, list[Answer]
             what = a.error[:30] if a.error else f"{','.join(n for n, _ in a.calls) or '-'} {a.finish_reason}"
             mark = "ok" if v["right_tool"] and not v["problems"] else "WRONG" if not v["problems"] else "INVALID"
             cells.append(f"{mark:<7} {what[:32]:<32}")
-        lines.append(f"{p.id:<18} {p.kind:<10} {','.join(p.expect) or '(no call)':<28} " + " | ".join(cells))
+        lines.append(f"{p.id:<18} {p.kind:<10} {','.join(p.expect) or '(no call)':<32} " + " | ".join(cells))
     return "\n".join(lines)
 
 
@@ -183,10 +183,10 @@ LEGEND = """\
 valid calls: of the calls in answers not ending "length", those that name a declared tool and whose
 arguments parse and validate against its schema (calls cut by max_tokens: "cut calls" in the JSON).
 right tool: prompts where the set of tools called equals the expected set (no call where none is right);
-exact: also the number of calls (parallel prompts). cut: calls in answers cut by max_tokens. bad struct: answers ending "stop"/"tool_calls" with
-an invalid call, or "tool_calls" with none (the structure contract; must be 0 for haltwise). call text:
-answers whose text content holds call markup the server did not read as a call. p50 s: latency per
-answer. Definitions: haltwise/bench/tool_scoring.py."""
+exact: also the number of calls (parallel prompts). cut: calls in answers cut by max_tokens. bad struct:
+answers ending "stop"/"tool_calls" with an invalid call, or "tool_calls" with none (the structure
+contract; must be 0 for haltwise). call text: answers whose text content holds call markup the server did
+not read as a call. p50 s: latency per answer. Definitions: haltwise/bench/tool_scoring.py."""
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
