@@ -15,6 +15,7 @@ COMMANDS = {
     "bench": ("haltwise.bench.cli", "benchmarks: haltwise side by side with peers, ratios in one run"),
     "eval-stops": ("haltwise.bench.eval_stops", "compare stop strategies over a prompt set"),
     "eval-longctx": ("haltwise.bench.eval_longctx", "long-context perplexity and passkey retrieval per RoPE scaling"),
+    "eval-kv": ("haltwise.bench.eval_kv", "quality cost of each KV cache dtype vs float32 KV on the default path"),
     "stress": ("haltwise.bench.stress", "load a running server with a hostile mix of clients and report"),
 }
 

@@ -9,6 +9,11 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # (haltwise/kernels); "float32": plain float32 everywhere (the exact transformers oracle);
 # "bfloat16": bf16 weights, activations and KV (refused where this host cannot run bf16 matmuls).
 ENGINE_DTYPES = ("auto", "float32", "bfloat16")
+# How the KV cache stores keys and values (models/kv_codec.py). "auto": int8 under dtype auto (the
+# default path; its quality cost is measured and bounded in the README, "KV cache dtype"), otherwise the
+# activations' dtype (float32 stays the exact oracle).
+KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "int8")
+AUTO_KV_DTYPE = "int8"
 
 
 @dataclass(frozen=True)
@@ -52,8 +57,10 @@ class ModelConfig:
                 and self.layer_types[layer] == "sliding_attention")
 
     def kv_bytes_per_token(self, dtype: str) -> int:
-        """2 (K and V) x layers x kv_heads x head_dim x bytes per element."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * DTYPE_BYTES[dtype]
+        """2 (K and V) x layers x kv_heads x the bytes of one stored row (head_dim values; int8 adds a
+        float32 scale per row: models/kv_codec.py)."""
+        row = self.head_dim + 4 if dtype == "int8" else self.head_dim * DTYPE_BYTES[dtype]
+        return 2 * self.num_layers * self.num_kv_heads * row
 
 
 @dataclass(frozen=True)
@@ -79,15 +86,21 @@ class EngineConfig:
     # False (opt-in, --nondeterministic-kernels): the fastest format per row bucket, native only for
     # decode-only steps; a request's tokens may then depend on its batch, chunking and cache hits.
     batch_invariant: bool = True
+    kv_cache_dtype: str = "auto"        # one of KV_CACHE_DTYPES (--kv-cache-dtype)
 
     @property
     def kv_dtype(self) -> str:
-        """The dtype of activations and KV: float32 under "auto"."""
-        return "float32" if self.dtype == "auto" else self.dtype
+        """How the KV cache stores values: kv_cache_dtype, or for "auto" AUTO_KV_DTYPE under dtype auto
+        and the activations' dtype otherwise."""
+        if self.kv_cache_dtype != "auto":
+            return self.kv_cache_dtype
+        return AUTO_KV_DTYPE if self.dtype == "auto" else self.dtype
 
     def __post_init__(self) -> None:
         if self.dtype not in ENGINE_DTYPES:
             raise ValueError(f"dtype must be one of {list(ENGINE_DTYPES)}, got {self.dtype!r}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            raise ValueError(f"kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
         if isinstance(self.kv_cache_memory, str) and self.kv_cache_memory != "auto":
             raise ValueError(f"kv_cache_memory must be bytes or 'auto', got {self.kv_cache_memory!r}")
         if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_chunk) < 1:

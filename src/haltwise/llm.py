@@ -21,11 +21,14 @@ class LLM:
 
     `model`: a GGUF file, a Hugging Face directory, or a named model (smollm2-135m, gemma3-270m,
     qwen2.5-coder-0.5b; see models/catalog.py). `chat_template`: Jinja text replacing the model's.
+    The KV pool is sized as the server sizes it (`kv_cache_memory="auto"`, engine/kv_cache.py) unless
+    `kv_cache_memory` is given, so `LLM(max_model_len=16384)` holds a 16k sequence where RAM allows.
     """
 
     def __init__(self, model: str | Path | None = None, dtype: str = "float32", rope_scaling: dict | None = None,
                  max_model_len: int | None = None, tiny: bool = False, chat_template: str | None = None,
                  **engine_options: Any):
+        engine_options.setdefault("kv_cache_memory", "auto")
         config = EngineConfig(dtype=dtype, max_model_len=max_model_len, **engine_options)
         self.engine = build_engine(model, config, rope_scaling=rope_scaling, tiny=tiny)
         self.tokenizer = self.engine.tokenizer

@@ -1,5 +1,6 @@
 """The KV pool sized to the host: auto = a share of available RAM; a max_model_len that cannot fit is refused."""
 import pytest
+import torch
 
 from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
@@ -48,8 +49,31 @@ def test_engine_start_refuses_an_explicit_max_model_len_the_pool_cannot_hold():
     build_engine(engine_config=EngineConfig(kv_cache_memory=100 * per_token), tiny=True)   # default window: warned
 
 
-def test_auto_kv_under_auto_dtype_is_float32_and_holds_the_window():
+def test_auto_kv_under_auto_dtype_is_int8_and_holds_the_window():
     engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory="auto", max_model_len=256),
                           tiny=True)
-    assert engine.config.kv_dtype == "float32" and isinstance(engine.config.kv_cache_memory, int)
+    assert engine.config.kv_dtype == "int8" and isinstance(engine.config.kv_cache_memory, int)
     assert engine.budget.num_tokens >= 256
+    k, v = engine.runner.kv_caches[0]
+    assert k.dtype == v.dtype == torch.int8
+
+
+@pytest.mark.parametrize("kv_cache_dtype,dtype,expected", [
+    ("auto", "float32", "float32"), ("auto", "bfloat16", "bfloat16"), ("auto", "auto", "int8"),
+    ("float32", "auto", "float32"), ("bfloat16", "auto", "bfloat16"), ("int8", "float32", "int8")])
+def test_kv_dtype_resolution(kv_cache_dtype, dtype, expected):
+    assert EngineConfig(dtype=dtype, kv_cache_dtype=kv_cache_dtype).kv_dtype == expected
+
+
+def test_the_same_budget_holds_more_tokens_in_a_smaller_kv_dtype():
+    """Admission counts blocks of the pool; the pool's blocks come from bytes per token of the KV dtype."""
+    config = tiny_config(300)
+    memory = 64 * 2**20
+    tokens = {d: KVBudget.from_memory(config, d, 16, memory).num_tokens for d in ("float32", "bfloat16", "int8")}
+    per_row = {"float32": 4 * config.head_dim, "bfloat16": 2 * config.head_dim, "int8": config.head_dim + 4}
+    for d, n in tokens.items():
+        per_token = 2 * config.num_layers * config.num_kv_heads * per_row[d]
+        assert n == memory // (per_token * 16) * 16
+    assert tokens["float32"] < tokens["bfloat16"] < tokens["int8"]
+    engine = build_engine(engine_config=EngineConfig(kv_cache_memory=memory, kv_cache_dtype="int8"), tiny=True)
+    assert engine.budget.num_tokens == KVBudget.from_memory(engine.model_config, "int8", 16, memory).num_tokens

@@ -12,13 +12,14 @@ from haltwise.models.llama import LlamaForCausalLM
 
 
 class PagedRunner:
-    def __init__(self, model: LlamaForCausalLM, num_seqs: int, max_len: int, block_size: int = 16) -> None:
+    def __init__(self, model: LlamaForCausalLM, num_seqs: int, max_len: int, block_size: int = 16,
+                 kv_dtype: str | None = None) -> None:
+        """kv_dtype: the KV cache's storage (models/kv_codec.py); None = the model's own dtype."""
         self.model, self.block_size = model, block_size
         self.blocks_per_seq = -(-max_len // block_size)
-        dtype = model.model.embed_tokens.weight.dtype
-        budget = KVBudget(model.config.kv_bytes_per_token(str(dtype).removeprefix("torch.")), block_size,
-                          num_seqs * self.blocks_per_seq)
-        self.kv = allocate_kv_caches(model.config, budget, str(dtype).removeprefix("torch."))
+        kv_dtype = kv_dtype or str(model.model.embed_tokens.weight.dtype).removeprefix("torch.")
+        budget = KVBudget(model.config.kv_bytes_per_token(kv_dtype), block_size, num_seqs * self.blocks_per_seq)
+        self.kv = allocate_kv_caches(model.config, budget, kv_dtype)
 
     def step(self, seq_ids: list[int], chunks: list[list[int]], starts: list[int]) -> torch.Tensor:
         """Run chunk i of sequence seq_ids[i] at positions starts[i]...; -> (B, vocab) last-row logits."""

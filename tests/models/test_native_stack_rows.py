@@ -26,6 +26,9 @@ QUANTS = [None, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0]
 # values; the stack quantizes activations to q8 (each linear within its error_bound, about 1% of max|y|
 # at most), carried through the layers: 2.5x the format's relative tolerance, as test_native_decode.
 TOLERANCE = {None: 1e-4, **{q: 2.5 * GGUFNative.tolerance for q in QUANTS[1:]}}
+# The same, with the KV cache stored as bfloat16 / int8 in both paths: one rounding step of a stored value
+# (2^-8 relative for bfloat16, max|row| / 127 for int8) where the paths' float32 K/V straddle a boundary.
+KV_TOLERANCE = {"bfloat16": 1e-2, "int8": 2e-2}
 
 
 @pytest.fixture(autouse=True)
@@ -69,10 +72,10 @@ def test_stack_rows_match_float32_layers(tmp_path, quant, rows):
         assert err < TOLERANCE[quant], f"step {i}: relative error {err:.2e}"
 
 
-def _prompt_logits(model, prompt, schedule):
+def _prompt_logits(model, prompt, schedule, kv_dtype=None):
     """Logits of the prompt's last position and of 4 greedy decodes, prefilled in chunks of `schedule`
     sizes; every step also carries a neighbour sequence (its own prefill chunk, then decodes)."""
-    runner = PagedRunner(model, num_seqs=2, max_len=64, block_size=4)
+    runner = PagedRunner(model, num_seqs=2, max_len=64, block_size=4, kv_dtype=kv_dtype)
     neighbour, pos, n_pos, out = _prompt(9, 99), 0, 0, []
     for size in schedule:
         chunk = prompt[pos:pos + size]
@@ -89,15 +92,33 @@ def _prompt_logits(model, prompt, schedule):
     return out
 
 
+@pytest.mark.parametrize("kv_dtype", ["float32", "bfloat16", "int8"])
 @pytest.mark.parametrize("quant", [None, Q.Q8_0], ids=["float32", "q8_0"])
 @pytest.mark.parametrize("family", FAMILIES)
-def test_every_step_stack_is_chunk_and_batch_invariant(tmp_path, family, quant):
+def test_every_step_stack_is_chunk_and_batch_invariant(tmp_path, family, quant, kv_dtype):
     planned, _ = _models(tmp_path, family, quant)
     prompt = _prompt(21, 7)
-    alone = PagedRunner(planned, num_seqs=1, max_len=64, block_size=4)
+    alone = PagedRunner(planned, num_seqs=1, max_len=64, block_size=4, kv_dtype=kv_dtype)
     whole = [alone.step([0], [prompt], [0])[0]]
     for schedule in ([21], [3] * 7, [1, 8, 12], [20, 1]):
-        got = _prompt_logits(planned, prompt, schedule)
+        got = _prompt_logits(planned, prompt, schedule, kv_dtype)
         assert torch.equal(got[0], whole[0]), f"{family}: prompt logits differ with chunks {schedule}"
-    reference = _prompt_logits(planned, prompt, [21])
-    assert all(torch.equal(a, b) for a, b in zip(_prompt_logits(planned, prompt, [5, 16]), reference))
+    reference = _prompt_logits(planned, prompt, [21], kv_dtype)
+    assert all(torch.equal(a, b) for a, b in zip(_prompt_logits(planned, prompt, [5, 16], kv_dtype), reference))
+
+
+@pytest.mark.parametrize("kv_dtype", ["bfloat16", "int8"])
+@pytest.mark.parametrize("family", FAMILIES)
+def test_stack_reads_a_quantized_cache_like_the_python_layers(tmp_path, family, kv_dtype):
+    """Both paths store and read the same formats (kv_codec / the native store_kv, attend): the stack with
+    float32 weights stays close to the Python layers on the same KV dtype. Not bit-equal: the two paths'
+    K/V differ in the last float32 bits, which can move a stored value by one rounding step."""
+    planned, reference = _models(tmp_path, family, None)
+    prompts = [_prompt(5 + s, s) for s in range(3)]
+    runs = [PagedRunner(m, num_seqs=3, max_len=32, block_size=4, kv_dtype=kv_dtype) for m in (planned, reference)]
+    outs = [run.step([0, 1, 2], prompts, [0, 0, 0]) for run in runs]
+    for i in range(3):
+        feed = [[4 + (s + i) % 50] for s in range(3)]
+        outs = [run.step([0, 1, 2], feed, [len(p) + i for p in prompts]) for run in runs]
+        err = ((outs[0] - outs[1]).abs().max() / outs[1].abs().max()).item()
+        assert err < KV_TOLERANCE[kv_dtype], f"step {i}: relative error {err:.2e}"

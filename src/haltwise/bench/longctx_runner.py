@@ -61,8 +61,8 @@ def set_rope(model: LlamaForCausalLM, rope_scaling: dict[str, Any] | None, lengt
 class SingleSequence:
     """A KV pool holding one sequence of up to `capacity` tokens; `step` appends a chunk of it."""
 
-    def __init__(self, model: LlamaForCausalLM, capacity: int, block_size: int = 16) -> None:
-        dtype = str(model.model.embed_tokens.weight.dtype).removeprefix("torch.")
+    def __init__(self, model: LlamaForCausalLM, capacity: int, block_size: int = 16, kv_dtype: str | None = None) -> None:
+        dtype = kv_dtype or str(model.model.embed_tokens.weight.dtype).removeprefix("torch.")
         config = model.config
         self.model, self.block_size = model, block_size
         num_blocks = -(-capacity // block_size)
@@ -87,9 +87,9 @@ class SingleSequence:
 
 
 def token_nll(model: LlamaForCausalLM, ids: list[int], chunk: int,
-              progress: Callable[[int, int], None] | None = None) -> torch.Tensor:
+              progress: Callable[[int, int], None] | None = None, kv_dtype: str | None = None) -> torch.Tensor:
     """(len(ids) - 1,) float32: entry i = -log p(ids[i + 1] | ids[:i + 1]), computed in prefill chunks."""
-    seq = SingleSequence(model, len(ids))
+    seq = SingleSequence(model, len(ids), kv_dtype=kv_dtype)
     nll = torch.empty(len(ids) - 1)
     for start in range(0, len(ids), chunk):
         piece = ids[start:start + chunk]
@@ -102,9 +102,9 @@ def token_nll(model: LlamaForCausalLM, ids: list[int], chunk: int,
 
 
 def greedy_generate(model: LlamaForCausalLM, prompt: list[int], max_new_tokens: int, chunk: int,
-                    eos_ids: frozenset[int] = frozenset()) -> list[int]:
+                    eos_ids: frozenset[int] = frozenset(), kv_dtype: str | None = None) -> list[int]:
     """Chunked prefill of `prompt`, then one-token decode steps; stops early on an eos id."""
-    seq = SingleSequence(model, len(prompt) + max_new_tokens)
+    seq = SingleSequence(model, len(prompt) + max_new_tokens, kv_dtype=kv_dtype)
     for start in range(0, len(prompt), chunk):
         logits = seq.step(prompt[start:start + chunk], all_rows=False)  # (1, vocab)
     out: list[int] = []

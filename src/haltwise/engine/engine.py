@@ -270,7 +270,8 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits)
 
     def describe(self) -> str:
-        text = (f"{self.budget.describe()}; max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
+        text = (f"{self.budget.describe()}, KV dtype {self.config.kv_dtype}; max_model_len {self.max_model_len}; "
+                f"dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
         return f"{text}\n{plan.describe()}" if plan is not None else text

@@ -16,7 +16,8 @@ from pathlib import Path
 
 import torch
 
-from haltwise.config import DTYPE_BYTES, ModelConfig
+from haltwise.config import ModelConfig
+from haltwise.models.kv_codec import KV_DTYPES, cache_tensor
 
 KV_AUTO_FRACTION = 0.10       # share of available RAM the auto pool takes
 KV_AUTO_MAX_FRACTION = 0.50   # the most it takes to fit one full-length sequence
@@ -103,9 +104,11 @@ def parse_memory(text: str | int | float, total_ram: int | None = None) -> int |
 
 
 def allocate_kv_caches(config: ModelConfig, budget: KVBudget, dtype: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
-    """Per layer (K, V), each (num_blocks, block_size, kv_heads, head_dim), zero-filled (touches the memory now)."""
-    assert dtype in DTYPE_BYTES
-    shape = (budget.num_blocks, budget.block_size, config.num_kv_heads, config.head_dim)
-    torch_dtype = getattr(torch, dtype)
-    return [(torch.zeros(shape, dtype=torch_dtype), torch.zeros(shape, dtype=torch_dtype))
-            for _ in range(config.num_layers)]
+    """Per layer (K, V), each (num_blocks, block_size, kv_heads, row width) in the KV dtype's storage
+    (models/kv_codec.py), zero-filled (touches the memory now)."""
+    assert dtype in KV_DTYPES, dtype
+
+    def one() -> torch.Tensor:
+        return cache_tensor(dtype, budget.num_blocks, budget.block_size, config.num_kv_heads, config.head_dim)
+
+    return [(one(), one()) for _ in range(config.num_layers)]

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 import torch
 import torch.nn.functional as F
 
+from haltwise.models.kv_codec import decode, encode, head_dim_of, is_lossless, kv_dtype_of
+
 
 @dataclass
 class _PrefillPlan:
@@ -113,9 +115,10 @@ class AttentionMetadata:
 
 def write_kv(k_cache: torch.Tensor, v_cache: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
              slot_mapping: torch.Tensor) -> None:
-    """Scatter new keys/values (T, kv_heads, head_dim) into their cache slots."""
-    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, k.to(k_cache.dtype))
-    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, v.to(v_cache.dtype))
+    """Scatter new keys/values (T, kv_heads, head_dim) into their cache slots, in the cache's KV dtype."""
+    kv_dtype = kv_dtype_of(k_cache)
+    k_cache.view(-1, *k_cache.shape[2:]).index_copy_(0, slot_mapping, encode(k, kv_dtype))
+    v_cache.view(-1, *v_cache.shape[2:]).index_copy_(0, slot_mapping, encode(v, kv_dtype))
 
 
 def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tensor, meta: AttentionMetadata,
@@ -127,7 +130,10 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
     to them directly instead of reading them back from the cache. window: a sliding layer's window
     (None = the whole context).
     """
-    kv_heads, dim = k_cache.shape[2], k_cache.shape[3]
+    kv_heads, dim = k_cache.shape[2], head_dim_of(k_cache)
+    # A lossy cache (bfloat16 / int8 under float32 activations) is read back even for a first chunk, so
+    # a prompt attends to the same values whether its prefix came from the cache or was just computed.
+    fresh_ok = is_lossless(k_cache, q.dtype)
     decode_mask, prefill_masks = meta.decode_mask, [plan.mask for plan in meta.prefills]
     if window is not None:
         decode_mask, prefill_masks = meta.window_masks(window)
@@ -142,8 +148,8 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         # advanced indexing.
         queries = q if meta.only_decodes else q[meta.decode_rows]
         queries = queries.reshape(bd, kv_heads, group, dim)                                    # (Bd, KVH, G, D)
-        keys = _gather_blocks(k_cache, meta.decode_blocks, bd)                                # (Bd, KVH, L, D)
-        values = _gather_blocks(v_cache, meta.decode_blocks, bd)
+        keys = _gather_blocks(k_cache, meta.decode_blocks, bd, q.dtype)                       # (Bd, KVH, L, D)
+        values = _gather_blocks(v_cache, meta.decode_blocks, bd, q.dtype)
         o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=decode_mask, scale=scale)
         if meta.only_decodes:
             return o.reshape(bd, -1, dim)                                                       # (T, H, D)
@@ -152,20 +158,21 @@ def paged_attention(q: torch.Tensor, k_cache: torch.Tensor, v_cache: torch.Tenso
         # SDPA gets a leading batch dim of 1: CPU's fused kernels take only 4-D inputs (3-D falls
         # back to the generic path, several times slower for long prompts).
         queries = q[plan.rows].transpose(0, 1).unsqueeze(0)                     # (1, H, Q, D)
-        if mask is None and k is not None and v is not None:
+        if mask is None and k is not None and v is not None and fresh_ok:
             keys = k[plan.rows].transpose(0, 1).unsqueeze(0)                    # (1, KVH, Q, D)
             values = v[plan.rows].transpose(0, 1).unsqueeze(0)
             o = F.scaled_dot_product_attention(queries, keys, values, is_causal=True, scale=scale, enable_gqa=True)
         else:
-            keys = _gather_blocks(k_cache, plan.blocks, 1)                         # (1, KVH, L, D)
-            values = _gather_blocks(v_cache, plan.blocks, 1)
+            keys = _gather_blocks(k_cache, plan.blocks, 1, q.dtype)                # (1, KVH, L, D)
+            values = _gather_blocks(v_cache, plan.blocks, 1, q.dtype)
             o = F.scaled_dot_product_attention(queries, keys, values, attn_mask=mask,
                                                is_causal=mask is None, scale=scale, enable_gqa=True)
         out[plan.rows] = o[0].transpose(0, 1)                                   # (Q, H, D)
     return out
 
 
-def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int) -> torch.Tensor:
-    """cache (N, block_size, KVH, D), blocks (num_seqs * nb,) -> (num_seqs, KVH, nb * block_size, D)."""
-    kv_heads, dim = cache.shape[2], cache.shape[3]
-    return cache.index_select(0, blocks).view(num_seqs, -1, kv_heads, dim).transpose(1, 2)
+def _gather_blocks(cache: torch.Tensor, blocks: torch.Tensor, num_seqs: int, dtype: torch.dtype) -> torch.Tensor:
+    """cache (N, block_size, KVH, row), blocks (num_seqs * nb,) -> values (num_seqs, KVH, nb * block_size, D)."""
+    kv_heads, width = cache.shape[2], cache.shape[3]
+    rows = cache.index_select(0, blocks).view(num_seqs, -1, kv_heads, width)
+    return decode(rows, dtype).transpose(1, 2)

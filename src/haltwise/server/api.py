@@ -196,7 +196,9 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI chat completions; the messages go through the model's chat template."""
     st, params, tok = _begin(request, body)
-    plan, params, messages, template_kwargs = prepare_chat(body, params, tok, st.tool_call_parser)  # chat_tools.py
+    plan, params, messages, template_kwargs = prepare_chat(  # chat_tools.py
+        body.tools, body.tool_choice, body.parallel_tool_calls, body.template_messages(), params, tok,
+        st.tool_call_parser)
     tools = plan.constraint if plan is not None else None
     text, prompt = await run_in_threadpool(chat_prompt, request, messages, **template_kwargs)  # template: off the loop
     rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name

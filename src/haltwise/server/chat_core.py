@@ -24,14 +24,14 @@ from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.api import ServerState, _check_admitting, _check_model, _replica_header, _state
 from haltwise.server.chat_prompt import chat_prompt
+from haltwise.server.chat_tools import prepare_chat
+from haltwise.server.limits import check_request_caps
 from haltwise.server.request_log import RequestRecorder
 from haltwise.server.responses import raise_if_failed
 from haltwise.server.runner import EngineRun
 from haltwise.stopping.termination import Termination
-
-TOOLS_NOT_SUPPORTED = ("tools are not supported yet by this server (tool calling is being built: "
-                       "haltwise issue 23); send the request without tools, or with tool_choice none")
-
+from haltwise.toolcalls.constraint import ToolCallConstraint
+from haltwise.toolcalls.response import ToolDeltaStream, chat_message
 
 @dataclass(frozen=True)
 class ChatTurn:
@@ -40,12 +40,14 @@ class ChatTurn:
     messages: [{role, content, tool_calls?, tool_call_id?}], roles system/user/assistant/tool.
     tools: [{"type": "function", "function": {name, description, parameters}}] or None.
     tool_choice: "auto" | "none" | "required" | {"type": "function", "function": {"name": ...}} | None.
+    parallel_tool_calls: False allows at most one call (None: the default, several).
     """
 
     messages: list[dict[str, Any]]
     params: SamplingParams
     tools: list[dict[str, Any]] | None = None
     tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
 
 
 @dataclass
@@ -73,35 +75,28 @@ class ChatDelta:
     result: ChatResult | None = None
 
 
-def begin(request: Request, model: str | None) -> ServerState:
-    """The common start of a generation route: the model is ours and the server is admitting."""
+def begin(request: Request, body: Any) -> ServerState:
+    """The common start of a surface's route: the model is ours, the body within the request caps
+    (server/limits.py: messages, max_period), and the server is admitting."""
     st = _state(request)
-    _check_model(st, model)
+    _check_model(st, body.model)
+    check_request_caps(body, request.app.state.caps)
     _check_admitting(st)
     return st
 
 
-def check_tools(turn: ChatTurn, param: str = "tools") -> ChatTurn:
-    """The turn the engine can run. tool_choice none drops the tools (no call can be made); any other
-    use of tools is a 400 until the tool-calling machinery (toolcalls/, issue 23) is wired in here:
-    its (tools, tool_choice) -> engine params / grammar function replaces the raise, and its parser's
-    calls arrive as CompletionOutput.tool_calls / delta_tool_calls (OpenAI shapes), read by result_of
-    and ChatCall.deltas."""
-    if not turn.tools:
-        return turn
-    if turn.tool_choice == "none":
-        return ChatTurn(turn.messages, turn.params)
-    raise ParamError(param, TOOLS_NOT_SUPPORTED)
-
-
-def result_of(out: RequestOutput) -> ChatResult:
-    """The ChatResult of a finished engine output (error / cancelled raise, as on the OpenAI routes)."""
+def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: str = "") -> ChatResult:
+    """The ChatResult of a finished engine output (error / cancelled raise, as on the OpenAI routes).
+    With tools, the text is split by the request's call parser into text outside calls and the calls."""
     raise_if_failed(out)
     o: CompletionOutput = out.outputs[0]
     assert o.termination is not None, "result_of needs a finished output"
-    return ChatResult(text=o.text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
-                      completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens,
-                      tool_calls=getattr(o, "tool_calls", None))
+    text, calls = o.text, None
+    if tools is not None:
+        message = chat_message(tools, o.text, rid, 0)
+        text, calls = message["content"] or "", message.get("tool_calls")
+    return ChatResult(text=text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
+                      completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens, tool_calls=calls)
 
 
 class ChatCall:
@@ -111,33 +106,43 @@ class ChatCall:
         st = _state(request)
         if turn.params.n != 1:
             raise ParamError("n", "this surface generates one answer per request")
-        self.st, self.rid, self.turn = st, rid, check_tools(turn)
-        extra = {"tools": self.turn.tools} if self.turn.tools else {}   # the template renders the tools
-        self.prompt_text, self.prompt_ids = chat_prompt(request, self.turn.messages, **extra)
+        self.st, self.rid, self.turn = st, rid, turn
+        plan, self.params, messages, template_kwargs = prepare_chat(        # the same tools path as chat
+            turn.tools, turn.tool_choice, turn.parallel_tool_calls, turn.messages, turn.params,
+            st.engine.tokenizer, st.tool_call_parser)
+        self.tools = plan.constraint if plan is not None else None          # None: a plain text answer
+        self.prompt_text, self.prompt_ids = chat_prompt(request, messages, **template_kwargs)
         recorder = RequestRecorder(st.metrics, rid, st.log_content, self.prompt_text)
-        self.run = EngineRun(st.engine, request, rid, [self.prompt_ids], self.turn.params, [recorder])
+        self.run = EngineRun(st.engine, request, rid, [self.prompt_ids], self.params, [recorder])
         self.headers: dict[str, str] = {}
 
     async def start(self) -> None:
         """Validate the structure (400 with param), start the engine request, wait for its first update."""
         compile_structure = getattr(self.st.engine, "compile_structure", None)
-        if self.turn.params.structured_outputs is not None and compile_structure is not None:
-            await run_in_threadpool(compile_structure, self.turn.params)
+        if self.params.structured_outputs is not None and compile_structure is not None:
+            await run_in_threadpool(compile_structure, self.params)
         await self.run.start()
         self.headers = _replica_header(self.st.engine, self.run.ids)
 
     async def result(self) -> ChatResult:
         (out,) = await self.run.collect()
-        return result_of(out)
+        return result_of(out, self.tools, self.rid)
 
     async def deltas(self) -> AsyncIterator[ChatDelta]:
-        """Text deltas in order; the last one carries the result. Raises HaltwiseError / ClientGone."""
+        """Text and tool-call deltas in order; the last one carries the result. Raises HaltwiseError /
+        ClientGone. With tools, a possible call opener is held back until it is known not to be one, so
+        no call markup ever reaches a text delta (the parser the non-streamed answer uses)."""
+        stream = ToolDeltaStream(self.tools, self.rid, 0) if self.tools is not None else None
         async for _, out in self.run.updates():
             o = out.outputs[0]
-            result = result_of(out) if out.finished else None
-            calls = list(getattr(o, "delta_tool_calls", None) or [])
-            if o.delta_text or calls or result is not None:
-                yield ChatDelta(text=o.delta_text, tool_calls=calls, result=result)
+            result = result_of(out, self.tools, self.rid) if out.finished else None
+            text, calls = o.delta_text, []
+            if stream is not None:
+                events = stream.feed(o.delta_text) + (stream.finish() if result is not None else [])
+                text = "".join(e.get("content") or "" for e in events)
+                calls = [c for e in events for c in e.get("tool_calls", ())]
+            if text or calls or result is not None:
+                yield ChatDelta(text=text, tool_calls=calls, result=result)
 
     async def close(self) -> None:
         await self.run.close()

@@ -1,7 +1,10 @@
-"""The chat route's use of haltwise.toolcalls: request fields -> (plan, params, template messages, template
-keyword arguments); the route renders them with server/chat_prompt.py (user text kept as text).
+"""Every chat surface's use of haltwise.toolcalls: (tools, tool_choice, parallel_tool_calls, messages) ->
+(plan, params, template messages, template keyword arguments); the caller renders them with
+server/chat_prompt.py (user text kept as text).
 
-Kept out of api.py so the route stays a short script; every ToolError becomes a ParamError (400 + param).
+The OpenAI chat route, Anthropic Messages and OpenAI Responses all come through here, so the same
+request gets the same grammar, the same parser and the same prompt on every surface. Every ToolError
+becomes a ParamError (400 + param).
 """
 from __future__ import annotations
 
@@ -11,15 +14,15 @@ from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.toolcalls import ToolError, ToolPlan, parse_tool_request, plan_tool_calls, template_messages
 
 
-def prepare_chat(body: Any, params: SamplingParams, tokenizer: Any,
-                 parser_name: str | None) -> tuple[ToolPlan | None, SamplingParams, list[dict[str, Any]], dict[str, Any]]:
+def prepare_chat(tools: Any, tool_choice: Any, parallel_tool_calls: Any, messages: list[dict[str, Any]],
+                 params: SamplingParams, tokenizer: Any, parser_name: str | None,
+                 ) -> tuple[ToolPlan | None, SamplingParams, list[dict[str, Any]], dict[str, Any]]:
     """(tool plan or None, params with the call grammar, messages for the template, template kwargs)."""
     try:
-        plan = plan_tool_calls(parse_tool_request(body.tools, body.tool_choice, body.parallel_tool_calls),
-                               tokenizer, parser_name)
-        messages = template_messages(body.template_messages())
+        plan = plan_tool_calls(parse_tool_request(tools, tool_choice, parallel_tool_calls), tokenizer, parser_name)
+        checked = template_messages(messages)
         if plan is not None:
             params = plan.apply(params)
     except ToolError as e:
         raise ParamError(e.param, str(e)) from None
-    return plan, params, messages, (plan.template_kwargs if plan is not None else {})
+    return plan, params, checked, (plan.template_kwargs if plan is not None else {})

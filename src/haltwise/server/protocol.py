@@ -41,6 +41,11 @@ class StreamOptions(_Strict):
     continuous_usage_stats: bool = False  # accepted (vLLM); usage is sent once, at the end
 
 
+def loop_detection(spec: "RepetitionDetectionSpec | None") -> RepetitionDetection:
+    """The engine's loop-detector settings for a request's `repetition_detection` (None: the defaults)."""
+    return RepetitionDetection(**spec.model_dump()) if spec is not None else RepetitionDetection()
+
+
 class RepetitionDetectionSpec(_Strict):
     """Loop-detector settings; omitted fields take haltwise's documented defaults."""
 
@@ -105,8 +110,7 @@ class _GenerationRequest(_Strict):
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         """Convert to engine params; raises ParamError (400) for any invalid or unsupported value."""
         self._reject_unsupported()
-        detection = RepetitionDetection(**self.repetition_detection.model_dump()) \
-            if self.repetition_detection is not None else RepetitionDetection()
+        detection = loop_detection(self.repetition_detection)
         return SamplingParams(
             n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
             seed=self.seed, repetition_penalty=self.repetition_penalty,

@@ -1,6 +1,7 @@
 """`haltwise kv-estimate`: KV-cache bytes per token, per sequence, per batch, and tokens per budget.
 
-bytes_per_token = 2 (K and V) x layers x kv_heads x head_dim x bytes per element; the pool holds
+bytes_per_token = 2 (K and V) x layers x kv_heads x bytes per stored row (head_dim x bytes per element;
+int8: head_dim + a 4-byte float32 scale: models/kv_codec.py); the pool holds
 floor(budget / (bytes_per_token x block_size)) blocks — the same KVBudget the engine allocates.
 head_dim is the model's own (Gemma 3: 256, not hidden / heads). Sliding-window layers (Gemma 3: 5 of
 every 6, window 512) are counted in full: one block table serves every layer, so a block is held for
@@ -11,8 +12,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from haltwise.config import DTYPE_BYTES, ModelConfig
+from haltwise.config import AUTO_KV_DTYPE, ModelConfig
 from haltwise.engine.kv_cache import KVBudget, parse_memory
+from haltwise.models.kv_codec import KV_DTYPES, row_bytes
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -20,7 +22,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--layers", type=int, help="override: number of layers")
     p.add_argument("--kv-heads", type=int, help="override: KV heads")
     p.add_argument("--head-dim", type=int, help="override: head dimension")
-    p.add_argument("--dtype", default="float32", choices=sorted(DTYPE_BYTES))
+    p.add_argument("--dtype", default=AUTO_KV_DTYPE, choices=list(KV_DTYPES),
+                   help=f"the KV cache dtype (serve's --kv-cache-dtype; default {AUTO_KV_DTYPE}, serve's default)")
     p.add_argument("--seq-len", type=int, default=8192, help="tokens per sequence")
     p.add_argument("--batch", type=int, default=32, help="concurrent sequences")
     p.add_argument("--memory", default="512MiB", help="KV budget to size (as --kv-cache-memory; auto = what serve would take here)")
@@ -36,7 +39,8 @@ def estimate(layers: int, kv_heads: int, head_dim: int, dtype: str, seq_len: int
     per_token = budget.bytes_per_token
     blocks_per_seq = -(-seq_len // block_size)
     return {
-        "formula": f"2 x {layers} layers x {kv_heads} kv_heads x {head_dim} head_dim x {DTYPE_BYTES[dtype]} bytes",
+        "formula": f"2 x {layers} layers x {kv_heads} kv_heads x {row_bytes(dtype, head_dim)} bytes per {dtype} "
+                   f"row of {head_dim}",
         "bytes_per_token": per_token,
         "bytes_per_sequence": blocks_per_seq * block_size * per_token,   # whole blocks, as allocated
         "bytes_per_batch": batch * blocks_per_seq * block_size * per_token,
@@ -58,7 +62,7 @@ def run(args: argparse.Namespace) -> int:
     if memory == "auto":   # as `--kv-cache-memory auto` would size it on this host
         from haltwise.engine.kv_cache import auto_kv_memory
 
-        per_token = 2 * layers * kv_heads * head_dim * DTYPE_BYTES[args.dtype]
+        per_token = 2 * layers * kv_heads * row_bytes(args.dtype, head_dim)
         memory = auto_kv_memory(per_token, args.block_size, args.seq_len, args.batch)
     result = estimate(layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch, memory, args.block_size)
     if None in (args.layers, args.kv_heads, args.head_dim):

@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from haltwise.config import ENGINE_DTYPES, EngineConfig
+from haltwise.config import ENGINE_DTYPES, KV_CACHE_DTYPES, EngineConfig
 from haltwise.engine.kv_cache import KV_AUTO_FRACTION, parse_memory
 
 
@@ -25,6 +25,10 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-memory", default="auto",
                    help="KV pool: bytes (512MiB, 2GB), a fraction of RAM (0.1), or auto (default): "
                         f"{KV_AUTO_FRACTION * 100:.0f}%% of available RAM, more if one --max-model-len sequence needs it")
+    p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES),
+                   help="how the KV cache stores keys and values: auto (default): int8 under --dtype auto, else "
+                        "the activations' dtype; int8 (a float32 scale per head row, ~3.8x smaller than "
+                        "float32), bfloat16, float32. See the README's \"KV cache dtype\" for the measured quality")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
@@ -66,7 +70,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
         enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
-        batch_invariant=not args.nondeterministic_kernels,
+        batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
         num_threads=args.threads)
 
 

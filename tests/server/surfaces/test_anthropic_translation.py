@@ -6,7 +6,7 @@ import json
 import pytest
 
 from haltwise.sampling_params import ParamError, SamplingParams
-from haltwise.server.chat_core import ChatDelta, ChatResult, ChatTurn, check_tools
+from haltwise.server.chat_core import ChatDelta, ChatResult
 from haltwise.server.surfaces.anthropic_messages import MessageEvents, message_body, tool_use_blocks
 from haltwise.server.surfaces.anthropic_protocol import MessagesRequest
 from haltwise.stopping.termination import Reason, Termination
@@ -57,11 +57,14 @@ def test_bad_tool_requests_are_param_errors() -> None:
                 tool_choice={"type": "tool", "name": "nope"}).to_turn()
     with pytest.raises(ParamError):
         request(messages=[{"role": "user", "content": "x"}], thinking={"type": "enabled", "budget_tokens": 64}).to_turn()
-    turn = request(messages=[{"role": "user", "content": "x"}], tools=[WEATHER]).to_turn()
-    with pytest.raises(ParamError, match="not supported yet"):
-        check_tools(turn)                                     # until issue 23's machinery is wired in
-    none = request(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], tool_choice={"type": "none"})
-    assert check_tools(none.to_turn()).tools is None          # tool_choice none: nothing can be called
+
+    def parallel(choice: dict) -> bool | None:
+        return request(messages=[{"role": "user", "content": "x"}], tools=[WEATHER], tool_choice=choice) \
+            .to_turn().parallel_tool_calls
+
+    assert parallel({"type": "any", "disable_parallel_tool_use": True}) is False
+    assert parallel({"type": "auto", "disable_parallel_tool_use": False}) is True
+    assert parallel({"type": "auto"}) is None
 
 
 def test_stop_sequences_and_sampling() -> None:
@@ -110,11 +113,6 @@ def test_event_sequence_text_then_tool_use_blocks() -> None:
     delta = events[-2][1]
     assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
     assert delta["usage"] == {"output_tokens": 3} and delta["termination"]["reason"] == "eos"
-
-
-def test_check_tools_keeps_a_turn_without_tools() -> None:
-    turn = ChatTurn([{"role": "user", "content": "x"}], SamplingParams())
-    assert check_tools(turn) is turn
 
 
 def _replay(events: list) -> list[dict]:

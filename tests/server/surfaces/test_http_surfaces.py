@@ -96,9 +96,11 @@ def test_messages_errors_have_anthropics_shape(tiny_server) -> None:
     with pytest.raises(anthropic.NotFoundError) as e:
         claude(url).messages.create(model="nope", max_tokens=4, messages=ASK)
     assert e.value.body["error"]["type"] == "not_found_error"
-    with pytest.raises(anthropic.BadRequestError, match="not supported yet"):
+    with pytest.raises(anthropic.BadRequestError, match="duplicate tool name") as e:
         claude(url).messages.create(model="tiny", max_tokens=4, messages=ASK, tools=[
+            {"name": "f", "input_schema": {"type": "object", "properties": {}}},
             {"name": "f", "input_schema": {"type": "object", "properties": {}}}])
+    assert e.value.body["error"]["type"] == "invalid_request_error"
     r = httpx.post(url + "/v1/messages", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and r.json()["type"] == "error"
     # the server keeps serving
@@ -154,8 +156,10 @@ def test_responses_errors(tiny_server) -> None:
         assert e.value.body["param"] == next(iter(extra))
     with pytest.raises(openai.NotFoundError):
         oai(url).responses.create(model="nope", input="x")
-    with pytest.raises(openai.BadRequestError, match="not supported yet"):
-        oai(url).responses.create(model="tiny", input="x", tools=[{"type": "function", "name": "f", "parameters": {}}])
+    with pytest.raises(openai.BadRequestError) as e:     # parameters must be an object schema
+        oai(url).responses.create(model="tiny", input="x",
+                                  tools=[{"type": "function", "name": "f", "parameters": {"type": "string"}}])
+    assert e.value.body["param"].startswith("tools[0]")
 
 
 def test_termination_is_recorded_like_the_openai_routes(tiny_server) -> None:

@@ -6,6 +6,7 @@ kernel path may change, the contract "same request, same tokens" does not.
 """
 from __future__ import annotations
 
+import json
 from typing import Iterator
 
 import anthropic
@@ -117,6 +118,51 @@ def test_tool_history_renders_through_qwens_template(qwen, name) -> None:
     assert msg.content[0].text == resp.output_text and msg.usage.input_tokens == resp.usage.input_tokens
     plain = claude(qwen).messages.count_tokens(model=name, messages=msgs[:1])
     assert msg.usage.input_tokens > plain.input_tokens + 10   # the call and its result are in the prompt
+
+
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"},
+                                                   "unit": {"enum": ["celsius", "fahrenheit"]}},
+                  "required": ["city"]}
+ASK_WEATHER = "What is the weather in Paris right now? Use the tool."
+
+
+def test_tool_use_round_trips_on_both_surfaces(qwen, name) -> None:
+    """auto: the model calls get_weather on each surface (the same call as on chat completions, streamed
+    or not); the tool's answer sent back gives a text answer that ends by itself."""
+    chat = oai(qwen).chat.completions.create(
+        model=name, messages=[{"role": "user", "content": ASK_WEATHER}], max_tokens=60, temperature=0,
+        tools=[{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
+                                                 "parameters": WEATHER_SCHEMA}}]).choices[0]
+    assert chat.finish_reason == "tool_calls", chat
+    (ref,) = [(c.function.name, json.loads(c.function.arguments)) for c in chat.message.tool_calls]
+    tools = [{"name": "get_weather", "description": "Current weather", "input_schema": WEATHER_SCHEMA}]
+    ask = dict(model=name, messages=[{"role": "user", "content": ASK_WEATHER}], max_tokens=60, tools=tools,
+               extra_body=GREEDY)
+    msg = claude(qwen).messages.create(**ask)
+    (use,) = [b for b in msg.content if b.type == "tool_use"]
+    assert msg.stop_reason == "tool_use" and (use.name, use.input) == ref
+    with claude(qwen).messages.stream(**ask) as s:
+        final = s.get_final_message()
+    assert [(b.name, b.input) for b in final.content if b.type == "tool_use"] == [ref]
+    history = [*ask["messages"], {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
+               {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
+                                             "content": "18 degrees celsius, sunny"}]}]
+    answer = claude(qwen).messages.create(**{**ask, "messages": history})
+    assert answer.stop_reason == "end_turn" and "18" in answer.content[0].text
+    rtools = [{"type": "function", "name": "get_weather", "description": "Current weather", "parameters": WEATHER_SCHEMA}]
+    rask = dict(model=name, input=ASK_WEATHER, tools=rtools, max_output_tokens=60, temperature=0)
+    resp = oai(qwen).responses.create(**rask)
+    (call,) = [it for it in resp.output if it.type == "function_call"]
+    assert resp.status == "completed" and (call.name, json.loads(call.arguments)) == ref
+    events = list(oai(qwen).responses.create(**rask, stream=True))
+    assert [(it.name, it.arguments) for it in events[-1].response.output if it.type == "function_call"] == \
+        [(call.name, call.arguments)]
+    follow = oai(qwen).responses.create(**{**rask, "input": [
+        {"role": "user", "content": ASK_WEATHER},
+        {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+        {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees celsius, sunny"}]})
+    assert follow.status == "completed" and "18" in follow.output_text
+    assert follow.output_text == answer.content[0].text      # the same conversation, the same tokens
 
 
 def test_errors_in_each_surfaces_shape(qwen, name) -> None:

@@ -23,7 +23,9 @@ from fastapi.responses import JSONResponse, Response
 
 from haltwise.errors import HaltwiseError
 from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
+from haltwise.sampling_params import SamplingParams
 from haltwise.server.chat_prompt import chat_prompt
+from haltwise.server.chat_tools import prepare_chat
 from haltwise.server.runner import ClientGone
 from haltwise.server.surfaces.anthropic_errors import anthropic_error
 from haltwise.server.surfaces.anthropic_protocol import CountTokensRequest, MessagesRequest
@@ -44,9 +46,22 @@ def _stop_fields(result: ChatResult, tokenizer: Any) -> dict[str, Any]:
 
 
 def tool_use_blocks(tool_calls: list[dict[str, Any]] | None) -> list[dict[str, Any]]:
-    """OpenAI message.tool_calls -> Anthropic tool_use blocks (arguments parsed back into `input`)."""
-    return [{"type": "tool_use", "id": c["id"], "name": c["function"]["name"],
-             "input": json.loads(c["function"]["arguments"] or "{}")} for c in tool_calls or ()]
+    """OpenAI message.tool_calls -> Anthropic tool_use blocks (arguments parsed back into `input`).
+
+    A call cut before its arguments closed (stop_reason max_tokens) keeps its block, as Anthropic's API
+    does: `input` is {} and the text generated so far rides along as `partial_json` (a haltwise field;
+    the streamed input_json_delta events carried the same text)."""
+    return [_tool_use(c["id"], c["function"]["name"], c["function"]["arguments"] or "{}") for c in tool_calls or ()]
+
+
+def _tool_use(call_id: str, name: str, arguments: str) -> dict[str, Any]:
+    try:
+        value = json.loads(arguments)
+    except ValueError:
+        value = None
+    if isinstance(value, dict):
+        return {"type": "tool_use", "id": call_id, "name": name, "input": value}
+    return {"type": "tool_use", "id": call_id, "name": name, "input": {}, "partial_json": arguments}
 
 
 def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> dict[str, Any]:
@@ -140,7 +155,7 @@ async def _stream(call: ChatCall, events: MessageEvents) -> AsyncIterator[str]:
 @router.post("/v1/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     """Anthropic Messages; the termination record rides along as `termination`."""
-    st = begin(request, body.model)
+    st = begin(request, body)
     rid = f"msg_{uuid.uuid4().hex}"
     call = ChatCall(request, rid, body.to_turn())
     handed_off = False
@@ -161,9 +176,10 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """{"input_tokens": N}: the prompt the same conversation would have on /v1/messages."""
-    begin(request, body.model)
+    st = begin(request, body)
     body.check_thinking()
-    tools = body.chat_tools()
-    extra = {"tools": tools} if tools and body.chat_tool_choice() != "none" else {}
-    _, ids = chat_prompt(request, body.chat_messages(), **extra)
+    _, _, messages, template_kwargs = prepare_chat(body.chat_tools(), body.chat_tool_choice(),
+                                                   body.parallel_tool_calls(), body.chat_messages(),
+                                                   SamplingParams(), st.engine.tokenizer, st.tool_call_parser)
+    _, ids = chat_prompt(request, messages, **template_kwargs)
     return {"input_tokens": len(ids)}

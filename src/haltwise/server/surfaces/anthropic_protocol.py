@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED
+from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
 
 
 class _Strict(BaseModel):
@@ -137,6 +137,11 @@ class _Conversation(_Strict):
             return {"type": "function", "function": {"name": c.name}}
         return {"auto": "auto", "any": "required", "none": "none"}[c.type]
 
+    def parallel_tool_calls(self) -> bool | None:
+        """tool_choice.disable_parallel_tool_use: true -> at most one tool_use block."""
+        c = self.tool_choice
+        return None if c is None or c.disable_parallel_tool_use is None else not c.disable_parallel_tool_use
+
     def check_thinking(self) -> None:
         if self.thinking is not None and self.thinking.type == "enabled":
             raise ParamError("thinking", "extended thinking is not supported yet by this server")
@@ -157,6 +162,7 @@ class MessagesRequest(_Conversation):
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     timeout: float | None = Field(None, gt=0.0)
     ignore_eos: bool = False
+    repetition_detection: RepetitionDetectionSpec | None = None  # as on the OpenAI routes
 
     def to_turn(self) -> ChatTurn:
         """The chat turn; raises ParamError (400) for anything invalid or unsupported."""
@@ -164,8 +170,10 @@ class MessagesRequest(_Conversation):
         params = SamplingParams(
             max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p or 1.0,
             top_k=self.top_k if self.top_k else -1, stop=tuple(self.stop_sequences or ()), seed=self.seed,
-            timeout=self.timeout, ignore_eos=self.ignore_eos)
-        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice())
+            timeout=self.timeout, ignore_eos=self.ignore_eos,
+            repetition_detection=loop_detection(self.repetition_detection))
+        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
+                        self.parallel_tool_calls())
 
 
 class CountTokensRequest(_Conversation):

@@ -52,7 +52,7 @@ class ResponseBuilder:
 
     def output(self, result: ChatResult, status: str) -> list[dict[str, Any]]:
         items = [self.message_item(result.text, status)] if result.text or not result.tool_calls else []
-        return items + [self.call_item(i, c, "completed") for i, c in enumerate(result.tool_calls or ())]
+        return items + [self.call_item(i, c, status) for i, c in enumerate(result.tool_calls or ())]
 
     def response(self, status: str, output: list[dict[str, Any]], result: ChatResult | None = None,
                  incomplete: str | None = None, error: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -123,7 +123,7 @@ class ResponseEvents:
                        self.event("response.content_part.done", **ids, part=item["content"][0]),
                        self.event("response.output_item.done", output_index=0, item=item)]
         for i, call in sorted(self.calls.items()):
-            item = self.b.call_item(i, call, "completed")
+            item = self.b.call_item(i, call, words.status)   # a call cut by max_output_tokens: incomplete
             index = self._index(i)
             events += [self.event("response.function_call_arguments.done", item_id=item["id"], output_index=index,
                                 name=item["name"], arguments=item["arguments"]),
@@ -175,7 +175,7 @@ async def _stream(call: ChatCall, events: ResponseEvents) -> AsyncIterator[str]:
 @router.post("/v1/responses")
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     """OpenAI Responses, stateless; the termination record rides along as `termination`."""
-    st = begin(request, body.model)
+    st = begin(request, body)
     builder = ResponseBuilder(body, st.served_model_name)
     call = ChatCall(request, builder.id, body.to_turn())
     handed_off = False

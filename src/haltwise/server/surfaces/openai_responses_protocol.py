@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED
+from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
 from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
 
 STATELESS = ("this server is stateless: it stores no responses or conversations ({field} is not supported); "
@@ -123,6 +123,7 @@ class ResponsesRequest(_Strict):
     timeout: float | None = Field(None, gt=0.0)
     ignore_eos: bool = False
     stop: str | list[str] | None = None
+    repetition_detection: RepetitionDetectionSpec | None = None  # as on the OpenAI routes
 
     def to_turn(self) -> ChatTurn:
         """The chat turn; raises ParamError (400) for anything invalid, stateful or unsupported."""
@@ -137,9 +138,11 @@ class ResponsesRequest(_Strict):
         params = SamplingParams(
             max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
+            repetition_detection=loop_detection(self.repetition_detection),
             stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
             structured_outputs=self._structure())
-        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice())
+        return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
+                        self.parallel_tool_calls)
 
     def _structure(self) -> Any:
         f = self.text.format if self.text else None

@@ -133,8 +133,9 @@ class DecodeStack {
 
   // h (T, hidden) float32, updated in place and returned. cos/sin (T, D) for global layers and
   // cos_local/sin_local for local-rope layers (may be undefined when no layer uses them); caches
-  // (num_blocks, block_size, KVH, D) float32 per layer; slots (T,), block_tables (T, nb), seq_lens (T,)
-  // int64 (a row's context length: its position + 1).
+  // (num_blocks, block_size, KVH, D) float32 or bfloat16, or (num_blocks, block_size, KVH, D + 4) int8
+  // (KV_Q8: D values and a float32 scale per row), per layer; slots (T,), block_tables (T, nb), seq_lens
+  // (T,) int64 (a row's context length: its position + 1).
   torch::Tensor forward(torch::Tensor h, int64_t bucket, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& cos_local, const torch::Tensor& sin_local,
                         const std::vector<torch::Tensor>& k_caches, const std::vector<torch::Tensor>& v_caches,
@@ -158,7 +159,10 @@ class DecodeStack {
     int64_t longest = 0;
     for (int64_t t = 0; t < T; ++t) longest = std::max(longest, lens[t]);
     const int64_t G = H_ / KVH_;
-    std::vector<float> scratch(pool_threads() * G * std::max<int64_t>(longest, 1));
+    const int64_t per_thread = G * std::max<int64_t>(longest, 1) + D_;   // scores, then one dequantized row
+    std::vector<float> scratch(pool_threads() * per_thread);
+    const int kv_format = k_caches.empty() ? (int)KV_F32 : format_of(k_caches[0]);
+    std::vector<int64_t> rows_of(KVH_);
     const MathKernels& m = table_.math;
     float* hp = h.data_ptr<float>();
 
@@ -167,10 +171,11 @@ class DecodeStack {
       const torch::Tensor& kc = k_caches[li];
       const torch::Tensor& vc = v_caches[li];
       const int64_t block_size = kc.size(1);
-      TORCH_CHECK(kc.scalar_type() == torch::kFloat32 && kc.is_contiguous() && vc.is_contiguous() &&
-                  vc.sizes() == kc.sizes() && kc.size(2) == KVH_ && kc.size(3) == D_ &&
-                  kc.sizes() == k_caches[0].sizes(),
-                  "haltwise native: caches must be contiguous (blocks, block_size, KVH, D) float32");
+      TORCH_CHECK(format_of(kc) == kv_format && kc.is_contiguous() && vc.is_contiguous() &&
+                  vc.sizes() == kc.sizes() && vc.scalar_type() == kc.scalar_type() && kc.size(2) == KVH_ &&
+                  kc.size(3) * kc.element_size() == kv_row_bytes(kv_format, D_) && kc.sizes() == k_caches[0].sizes(),
+                  "haltwise native: caches must be contiguous (blocks, block_size, KVH, D) float32 / bfloat16 "
+                  "or (blocks, block_size, KVH, D + 4) int8, the same for every layer");
       m.rms_norm_rows(hp, hidden_, L.norms[0].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(), hidden_, T, hidden_);
       linear(L.linears[QKV], bucket, x, qkv);
       float* qp = qkv.data_ptr<float>();
@@ -183,23 +188,24 @@ class DecodeStack {
       }
       const torch::Tensor& c = L.local_rope ? cos_local : cos;
       const torch::Tensor& s = L.local_rope ? sin_local : sin;
-      float* kcp = kc.data_ptr<float>();
-      float* vcp = vc.data_ptr<float>();
+      void* kcp = kc.data_ptr();
+      void* vcp = vc.data_ptr();
       for (int64_t t = 0; t < T; ++t) {
         float* row = qp + t * width;
         m.rope_rows(row, D_, H_ + KVH_, c.data_ptr<float>() + t * D_, s.data_ptr<float>() + t * D_, D_);
-        std::copy(row + q_size, row + q_size + kv_size, kcp + slot[t] * kv_size);
-        std::copy(row + q_size + kv_size, row + width, vcp + slot[t] * kv_size);
+        for (int64_t h = 0; h < KVH_; ++h) rows_of[h] = slot[t] * KVH_ + h;
+        m.store_kv(row + q_size, D_, KVH_, kcp, kv_format, rows_of.data(), D_);
+        m.store_kv(row + q_size + kv_size, D_, KVH_, vcp, kv_format, rows_of.data(), D_);
       }
       float* ap = attn.data_ptr<float>();
       const float scale = L.scale;
       const int64_t window = L.window;
       parallel_chunks(0, T * KVH_, 1, [&](int64_t b, int64_t e) {
-        float* mine = scratch.data() + pool_thread_index() * G * std::max<int64_t>(longest, 1);
+        float* mine = scratch.data() + pool_thread_index() * per_thread;
         for (int64_t task = b; task < e; ++task) {
           const int64_t t = task / KVH_, kvh = task % KVH_;
           const int64_t len = lens[t], start = window > 0 && len > window ? len - window : 0;
-          m.attend(qp + t * width + kvh * G * D_, D_, G, kcp, vcp, tables + t * nb, block_size, KVH_, kvh, D_,
+          m.attend(qp + t * width + kvh * G * D_, D_, G, kcp, vcp, kv_format, tables + t * nb, block_size, KVH_, kvh, D_,
                    start, len, scale, ap + t * q_size + kvh * G * D_, D_, mine);
         }
       });
@@ -222,6 +228,17 @@ class DecodeStack {
   int64_t num_layers() const { return (int64_t)layers_.size(); }
 
  private:
+  // The KVFormat a cache tensor's dtype stores (quant_kernels.h).
+  static int format_of(const torch::Tensor& cache) {
+    switch (cache.scalar_type()) {
+      case torch::kFloat32: return KV_F32;
+      case torch::kBFloat16: return KV_BF16;
+      case torch::kChar: return KV_Q8;
+      default: TORCH_CHECK(false, "haltwise native: KV caches must be float32, bfloat16 or int8");
+    }
+    return KV_F32;
+  }
+
   static torch::Tensor float_vector(const torch::Tensor& t, int64_t n) {
     TORCH_CHECK(t.numel() == n, "haltwise native: expected ", n, " values, got ", t.numel());
     return t.detach().to(torch::kFloat32).contiguous().view({n});

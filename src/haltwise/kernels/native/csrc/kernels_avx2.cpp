@@ -361,7 +361,7 @@ const KernelTable& avx2_kernels() {
   static const KernelTable table = {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
       rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>,
-      {rms_norm_rows_impl, rope_rows_impl, attend_impl, gated_rows_impl, dense_rows_impl},
+      {rms_norm_rows_impl, rope_rows_impl, attend_impl, store_kv_impl, gated_rows_impl, dense_rows_impl},
   };
   return table;
 }

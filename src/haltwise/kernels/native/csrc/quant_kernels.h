@@ -41,14 +41,27 @@ using RowsKernel = void (*)(const uint8_t* w, int64_t row_bytes, const ActQ8& x,
 // Quantize rows [m0, m1) of x (M, K) float32 (K % 32 == 0): q (M, K), d and s (M, K / 32) as in ActQ8.
 using QuantizeKernel = void (*)(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1);
 
+// How the KV cache stores one (position, kv head) row of D values (decode_math.inc reads them in place):
+//     KV_F32: D float32; KV_BF16: D bfloat16 (the high half of the float32, rounded to nearest even);
+//     KV_Q8:  D int8 then one float32 scale (D + 4 bytes): value = q * scale, scale = max|x| / 127.
+enum KVFormat : int { KV_F32 = 0, KV_BF16 = 1, KV_Q8 = 2 };
+
+// Bytes of one stored row of D values in `format`.
+inline int64_t kv_row_bytes(int format, int64_t D) {
+  return format == KV_F32 ? 4 * D : format == KV_BF16 ? 2 * D : D + 4;
+}
+
 // The decode step's float32 math (decode_math.inc documents each).
 struct MathKernels {
   void (*rms_norm_rows)(const float* x, int64_t ldx, const float* w, float eps, bool plus_one, float* y,
                         int64_t ldy, int64_t rows, int64_t dim);
   void (*rope_rows)(float* x, int64_t ld, int64_t heads, const float* cos, const float* sin, int64_t D);
-  void (*attend)(const float* q, int64_t ldq, int64_t G, const float* k_cache, const float* v_cache,
+  void (*attend)(const float* q, int64_t ldq, int64_t G, const void* k_cache, const void* v_cache, int kv_format,
                  const int64_t* blocks, int64_t block_size, int64_t kv_heads, int64_t kvh, int64_t D,
                  int64_t start, int64_t len, float scale, float* out, int64_t ldo, float* scratch);
+  // Store rows [0, rows) of x (rows of D float32, ldx apart) as cache rows dst_rows[i] in `kv_format`.
+  void (*store_kv)(const float* x, int64_t ldx, int64_t rows, void* cache, int kv_format, const int64_t* dst_rows,
+                   int64_t D);
   void (*gated_rows)(const float* gu, int64_t rows, int64_t I, int act, float* y);
   // y[m * ldy + n] = W[n, :] . x[m, :] in float32 for rows n in [n0, n1) of the (N, K) weight, every m.
   void (*dense_rows)(const float* w, const float* x, int64_t M, int64_t K, float* y, int64_t ldy, int64_t n0,
