@@ -14,6 +14,8 @@ COMMANDS = {
     "plan": ("haltwise.tools.plan", "print the kernel plan: the linear format measured fastest per shape and rows here"),
     "bench": ("haltwise.bench.cli", "benchmarks: haltwise side by side with peers, ratios in one run"),
     "eval-stops": ("haltwise.bench.eval_stops", "compare stop strategies over a prompt set"),
+    "eval-tools": ("haltwise.bench.eval_tools", "tool calls: do they parse, validate and name the right tool "
+                                                "(haltwise vs llama-server --jinja)"),
     "eval-longctx": ("haltwise.bench.eval_longctx", "long-context perplexity and passkey retrieval per RoPE scaling"),
     "eval-kv": ("haltwise.bench.eval_kv", "quality cost of each KV cache dtype vs float32 KV on the default path"),
     "stress": ("haltwise.bench.stress", "load a running server with a hostile mix of clients and report"),

@@ -17,3 +17,9 @@ def test_kv_capacity_is_the_engines_own_token_count(kv_dtype) -> None:
 def test_a_log_without_the_line_is_an_error() -> None:
     with pytest.raises(RuntimeError, match="no 'KV cache"):
         kv_capacity("haltwise: nothing here")
+
+
+def test_the_start_line_states_the_pool_against_full_capacity() -> None:
+    engine = build_engine(engine_config=EngineConfig(kv_cache_memory=3 * 2**20, max_num_seqs=4), tiny=True)
+    full = 4 * engine.budget.blocks_for(engine.max_model_len) * engine.budget.block_size
+    assert f"max_num_seqs x max_model_len = {full} tokens would need" in engine.describe()

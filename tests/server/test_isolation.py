@@ -133,3 +133,36 @@ def test_the_queue_is_charged_n_x_prompts_before_any_prompt_starts() -> None:
     assert len(admitted) == 2, f"engine requests admitted: {admitted} (only the second request's 2 may be)"
     assert r.json()["error"]["code"] == "overloaded" and "n x prompts" in r.json()["error"]["message"]
     assert ok.status_code == 200 and len(ok.json()["choices"]) == 8
+
+
+def test_chat_templates_render_off_the_event_loop_on_every_surface(monkeypatch) -> None:
+    """A template render (unbounded in time for a large conversation) never runs on the event loop: the
+    real chat_prompt is wrapped to record the thread it runs on, for chat, Messages (and its count_tokens),
+    Responses and /tokenize."""
+    import importlib
+
+    from tests.server.http_helpers import tiny_engine
+
+    threads: list[str] = []
+
+    def recording(module):
+        real = module.chat_prompt
+
+        def chat_prompt(*args, **kwargs):
+            threads.append(threading.current_thread().name)
+            return real(*args, **kwargs)
+        monkeypatch.setattr(module, "chat_prompt", chat_prompt)
+
+    for name in ("api", "chat_core", "surfaces.anthropic_messages"):   # the modules, not same-named routers
+        recording(importlib.import_module(f"haltwise.server.{name}"))
+    ask = [{"role": "user", "content": "Hello there"}]
+    with ServerThread(build_app(tiny_engine(), "tiny", ui=False)) as server:
+        loop_thread = server.thread.name
+        for path, body in [("/v1/chat/completions", {"messages": ask, "max_tokens": 2}),
+                           ("/v1/messages", {"model": "tiny", "messages": ask, "max_tokens": 2}),
+                           ("/v1/messages/count_tokens", {"model": "tiny", "messages": ask}),
+                           ("/v1/responses", {"model": "tiny", "input": "Hello there", "max_output_tokens": 2}),
+                           ("/tokenize", {"messages": ask})]:
+            r = httpx.post(server.url + path, json=body, timeout=120)
+            assert r.status_code == 200, (path, r.text)
+    assert len(threads) == 5 and loop_thread not in threads, (loop_thread, threads)

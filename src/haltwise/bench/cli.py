@@ -3,7 +3,8 @@
   engine  haltwise vs Hugging Face transformers in one process (bench/engine_bench.py)
   peers   haltwise vs llama.cpp (llama-bench in-process figures, llama-server over HTTP), same GGUF (bench/peers.py)
   stops   per-token cost of stop-string checking (bench/stop_cost.py; its own options follow)
-  termination  share of a real decode step spent on termination checks (bench/termination_share.py)
+  termination  share of a real decode step spent on termination checks (bench/termination_share.py);
+               --grammar: the grammar mask's cost against the default decode step at 1 and 32 rows
   neighbour    decode quiet vs beside busy processes, same run (bench/neighbour.py)
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
 
@@ -19,7 +20,8 @@ PROGRAMS = {
     "peers": ("haltwise.bench.peers", "haltwise vs llama.cpp's own llama-bench and llama-server -np N, same GGUF "
                                       "(--model: a file or a named model)"),
     "stops": ("haltwise.bench.stop_cost", "stop-string checking cost per token (options: see --help)"),
-    "termination": ("haltwise.bench.termination_share", "share of a decode step spent on termination checks"),
+    "termination": ("haltwise.bench.termination_share", "share of a decode step spent on termination checks "
+                                                          "(--grammar: mask cost vs the default decode step)"),
     "neighbour": ("haltwise.bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
     "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
 }

@@ -282,8 +282,10 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits)
 
     def describe(self) -> str:
-        text = (f"{self.budget.describe()}, KV dtype {self.config.kv_dtype}; max_model_len {self.max_model_len}; "
-                f"dtype {self.config.dtype}; "
+        full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size
+        text = (f"{self.budget.describe()}, KV dtype {self.config.kv_dtype} (max_num_seqs x max_model_len = "
+                f"{full} tokens would need {full * self.budget.bytes_per_token / 2**20:.0f} MiB); "
+                f"max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
         return f"{text}\n{plan.describe()}" if plan is not None else text

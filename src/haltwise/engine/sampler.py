@@ -71,13 +71,18 @@ class Sampler:
             for i in edits:
                 if rows[i].masked_token_ids:
                     _ban(logits[i], rows[i].masked_token_ids, lift_if_empty=i in constrained)
-            if grammar is not None:
-                no_legal = _dead_rows(logits, grammar.rows)
         token_ids = torch.empty(len(rows), dtype=torch.long)
         greedy = [i for i, r in enumerate(rows) if r.params.greedy]
         # max(dim) returns the first maximal index, as argmax does, ~2.5x faster on CPU for (32, 49152).
-        if len(greedy) == len(rows):
-            token_ids = logits.max(dim=-1).indices
+        # Under a grammar one max over all rows serves both the dead-row test and the greedy choice (a
+        # second pass, plus a gather of the constrained rows, cost as much as the mask itself).
+        best = logits.max(dim=-1) if grammar is not None or len(greedy) == len(rows) else None
+        if grammar is not None:
+            no_legal = _dead_rows(logits, grammar.rows, best.values)
+        if best is not None and len(greedy) == len(rows):
+            token_ids = best.indices                     # a dead row's pick is never used
+        elif best is not None and greedy:
+            token_ids[greedy] = best.indices[greedy]
         elif greedy:
             token_ids[greedy] = logits[greedy].max(dim=-1).indices
         sampled = [i for i, r in enumerate(rows) if not r.params.greedy and r.forced_token_id is None]
@@ -103,11 +108,11 @@ def _ban(row: torch.Tensor, token_ids: frozenset[int], lift_if_empty: bool) -> N
         row[index] = saved
 
 
-def _dead_rows(logits: torch.Tensor, constrained: list[int]) -> list[bool]:
-    """Flags constrained rows that allow no token; their logits are zeroed so sampling stays defined."""
+def _dead_rows(logits: torch.Tensor, constrained: list[int], row_max: torch.Tensor) -> list[bool]:
+    """Flags constrained rows that allow no token (row_max: (B,) each row's max after the masks: -inf);
+    their logits are zeroed so sampling stays defined."""
     dead = [False] * logits.shape[0]
-    best = logits[constrained].max(dim=-1).values                      # (K,)
-    for row, ok in zip(constrained, torch.isfinite(best).tolist()):
+    for row, ok in zip(constrained, torch.isfinite(row_max[constrained]).tolist()):
         if not ok:
             dead[row] = True
             logits[row] = 0.0

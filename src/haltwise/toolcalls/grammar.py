@@ -3,6 +3,9 @@
     required / named:   start: section                       (parallel: sections or bodies repeat, and
                                                               a last gap may end the answer)
     auto:               start: (TEXT section)* TEXT           (the section opens on the trigger)
+                        | start_section ...                   (a format's start opener: a call as the
+                                                               answer's first characters; the first TEXT
+                                                               then may not begin with it)
     section:            trigger prefix body (separator body)* suffix
     body_i:             "{\"name\": \"<tool i>\", \"<args_key>\": " %json{<tool i's parameters>} "}"
 
@@ -42,15 +45,17 @@ def tool_grammar(fmt: ToolFormat, request: ToolRequest, token_id: Callable[[str]
     def rest(prefix: str | None, suffix: str) -> str:
         return " ".join(x for x in (lit(prefix), bodies, lit(suffix)) if x)
 
-    def rest_after(trigger: str, suffix: str) -> str:
-        """The bodies when the trigger is the beginning of a body (alternate opener with prefix None)."""
+    def rest_after(trigger: str, suffix: str, tag: str = "", repeat: bool = False) -> str:
+        """The bodies when the trigger is the beginning of a body (an opener with prefix None): the first
+        body's tail, and (repeat) more whole bodies after the separator where parallel calls are allowed."""
         for j, tool in enumerate(tools):
             head = fmt.body_head(tool.name)
             assert head.startswith(trigger), (head, trigger)
             schema = {**tool.schema, "x-guidance": COMPACT_JSON}
-            rules.append(f"tail_{j}: {json.dumps(head[len(trigger):])} %json {json.dumps(schema)} \"}}\"")
-        rules.append("tail: " + " | ".join(f"tail_{j}" for j in range(len(tools))))
-        return " ".join(x for x in ("tail", lit(suffix)) if x)
+            rules.append(f"{tag}tail_{j}: {json.dumps(head[len(trigger):])} %json {json.dumps(schema)} \"}}\"")
+        rules.append(f"{tag}tail: " + " | ".join(f"{tag}tail_{j}" for j in range(len(tools))))
+        again = f"({lit(fmt.separator)} body)*" if more and fmt.separator is not None else ""
+        return " ".join(x for x in (f"{tag}tail", again if repeat else "", lit(suffix)) if x)
 
     if request.mode in ("required", "named"):
         rules.append(f"section: {lit(fmt.trigger)} {rest(fmt.prefix, fmt.suffix)}")
@@ -62,17 +67,33 @@ def tool_grammar(fmt: ToolFormat, request: ToolRequest, token_id: Callable[[str]
         return "\n".join(rules) + "\n"
     # auto: free text, and a section wherever the model writes one of the triggers
     triggers = "|".join(_regex(t) for t, _, _ in fmt.openers)
-    rules.append(f"TEXT: /(.|\\n)*/ & ~/(.|\\n)*({triggers})(.|\\n)*/")
-    for i, (trig, prefix, suffix) in enumerate(fmt.openers):
-        trigger = lit(trig)
-        if trigger.startswith("<[") and " " not in trigger:
-            rules.append(f"section_{i}: TEXT {trigger} {rest(prefix, suffix)}")
-        else:
-            rules.append(f"opener_{i}[lazy]: TEXT {trigger}")
-            body = rest(prefix, suffix) if prefix is not None else rest_after(trig, suffix)
-            rules.append(f"section_{i}: opener_{i} {body}")
-    rules.append("section: " + " | ".join(f"section_{i}" for i in range(len(fmt.openers))))
-    rules.append("start: section* TEXT" if more else "start: section? TEXT")
+    any_text = f"/(.|\\n)*/ & ~/(.|\\n)*({triggers})(.|\\n)*/"
+    rules.append(f"TEXT: {any_text}")
+    texts = [("", "TEXT")]
+    if fmt.start_openers:   # the answer's first text must not begin with a start opener (that opens a call)
+        starts = "|".join(_regex(t) for t, _, _ in fmt.start_openers)
+        rules.append(f"FIRST: {any_text} & ~/({starts})(.|\\n)*/")
+        texts.append(("first_", "FIRST"))
+    for tag, text in texts:
+        for i, (trig, prefix, suffix) in enumerate(fmt.openers):
+            trigger = lit(trig)
+            if trigger.startswith("<[") and " " not in trigger:
+                rules.append(f"{tag}section_{i}: {text} {trigger} {rest(prefix, suffix)}")
+            else:
+                rules.append(f"{tag}opener_{i}[lazy]: {text} {trigger}")
+                body = rest(prefix, suffix) if prefix is not None else rest_after(trig, suffix, tag)
+                rules.append(f"{tag}section_{i}: {tag}opener_{i} {body}")
+        rules.append(f"{tag}section: " + " | ".join(f"{tag}section_{i}" for i in range(len(fmt.openers))))
+    if not fmt.start_openers:
+        rules.append("start: section* TEXT" if more else "start: section? TEXT")
+        return "\n".join(rules) + "\n"
+    # a call as the answer's first characters, or text (which may open sections later) from the start
+    for k, (trig, prefix, suffix) in enumerate(fmt.start_openers):
+        body = rest(prefix, suffix) if prefix is not None else rest_after(trig, suffix, f"start_{k}_", True)
+        rules.append(f"start_section_{k}: {lit(trig)} {body}")
+    firsts = " | ".join(f"start_section_{k}" for k in range(len(fmt.start_openers)))
+    rules.append(f"start: {firsts} | first_section section* TEXT | FIRST" if more else
+                 f"start: {firsts} | first_section TEXT | FIRST")
     return "\n".join(rules) + "\n"
 
 

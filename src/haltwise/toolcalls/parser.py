@@ -10,7 +10,8 @@ feed(text) + finish(), and streaming equals it by construction.
 
 Invariants:
 - no part of a call section ever reaches a Content event: text that could still grow into the trigger
-  is held back (like a possible stop string), and released once it cannot;
+  is held back (like a possible stop string), and released once it cannot; a format's start openers
+  count only at the answer's first character (while the whole answer so far could be one, it is held);
 - trailing whitespace of the content is held back until non-blank content follows; at finish it is
   released only if no call was made (so an answer of only calls has no content, streamed or not);
 - argument fragments concatenate to the exact arguments text (a JSON object, tracked by a string-aware
@@ -74,6 +75,7 @@ class ToolCallParser:
         self._escape = False
         self._content: list[str] = []
         self._opener = fmt.openers[0]   # (trigger, prefix, suffix) of the section being read
+        self._at_start = bool(fmt.start_openers)   # nothing classified yet: start openers still apply
 
     # ---- feeding ----------------------------------------------------------------------------
     def feed(self, text: str) -> list[Event]:
@@ -127,23 +129,46 @@ class ToolCallParser:
         return False
 
     def _text(self, events: list[Event]) -> bool:
+        if self._at_start:
+            held = self._start_of_answer()
+            if held is not None:
+                return held
         found = [(self._buf.find(o[0]), i) for i, o in enumerate(self.fmt.openers)]
         found = [(at, i) for at, i in found if at >= 0]
         if found:
             at, i = min(found)
-            self._opener = self.fmt.openers[i]
             self._emit_content(self._buf[:at], events)
-            if self._opener[1] is None:     # the trigger is the body's own beginning
-                self._buf = self._buf[at:]
-                self._lit('{"name": "', "name")
-            else:
-                self._buf = self._buf[at + len(self._opener[0]):]
-                self._lit(self._opener[1], "head")
+            self._open(self.fmt.openers[i], at)
             return True
         keep = max(_possible_start(self._buf, o[0]) for o in self.fmt.openers)
         self._emit_content(self._buf[:len(self._buf) - keep], events)
         self._buf = self._buf[len(self._buf) - keep:]
         return False
+
+    def _start_of_answer(self) -> bool | None:
+        """The format's start openers, read only while nothing of the answer has been classified.
+
+        True: a section opened; False: the text so far could still be one (all of it held back);
+        None: it cannot, and never will (from here on the answer is read as usual)."""
+        for opener in self.fmt.start_openers:
+            if self._buf.startswith(opener[0]):
+                self._open(opener, 0)
+                return True
+            if opener[0].startswith(self._buf):
+                return False
+        self._at_start = False
+        return None
+
+    def _open(self, opener: tuple[str, str | None, str], at: int) -> None:
+        """Start reading the section whose trigger begins at buffer position `at`."""
+        self._opener = opener
+        self._at_start = False
+        if opener[1] is None:     # the trigger is the body's own beginning
+            self._buf = self._buf[at:]
+            self._lit('{"name": "', "name")
+        else:
+            self._buf = self._buf[at + len(opener[0]):]
+            self._lit(opener[1], "head")
 
     def _lit(self, expect: str, then: str) -> None:
         self._state, self._expect, self._then = "lit", expect, then

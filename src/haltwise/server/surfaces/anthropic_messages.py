@@ -27,6 +27,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from haltwise.errors import HaltwiseError
 from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
@@ -189,7 +190,7 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     """Anthropic Messages; the termination record rides along as `termination`."""
     st = begin(request, body)
     rid = f"msg_{uuid.uuid4().hex}"
-    call = ChatCall(request, rid, body.to_turn())
+    call = await run_in_threadpool(ChatCall, request, rid, body.to_turn())   # template rendering: off the loop
     handed_off = False
     try:
         await call.start()
@@ -213,5 +214,5 @@ async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, 
     _, _, messages, template_kwargs = prepare_chat(body.chat_tools(), body.chat_tool_choice(),
                                                    body.parallel_tool_calls(), body.chat_messages(),
                                                    SamplingParams(), st.engine.tokenizer, st.tool_call_parser)
-    _, ids = chat_prompt(request, messages, **{**thinking_kwargs, **template_kwargs})
+    _, ids = await run_in_threadpool(chat_prompt, request, messages, **{**thinking_kwargs, **template_kwargs})
     return {"input_tokens": len(ids)}

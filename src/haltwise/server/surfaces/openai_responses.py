@@ -25,6 +25,7 @@ from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from haltwise.errors import HaltwiseError
 from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
@@ -223,7 +224,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     """OpenAI Responses, stateless; the termination record rides along as `termination`."""
     st = begin(request, body)
     builder = ResponseBuilder(body, st.served_model_name)
-    call = ChatCall(request, builder.id, body.to_turn())
+    call = await run_in_threadpool(ChatCall, request, builder.id, body.to_turn())   # template rendering: off the loop
     handed_off = False
     try:
         await call.start()

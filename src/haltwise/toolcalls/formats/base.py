@@ -9,7 +9,8 @@ Every format writes its calls as one or more *sections* in the output text:
 tool_choice "auto" it is what switches from free text to the call grammar. A format may accept other
 openers too (`alternates`: trigger, prefix, suffix), read and constrained only in "auto" (required and
 named write the first form): small models often wrap a call their own way (Qwen2.5 0.5B writes a
-```json fence instead of <tool_call>; llama.cpp's Hermes handler accepts the same). The body's spelling is
+```json fence instead of <tool_call>; llama.cpp's Hermes handler accepts the same). `start_openers` are
+read the same way but only as the answer's very first characters (Llama 3.x's bare `{"name": ...}`). The body's spelling is
 fixed by the grammar (toolcalls/grammar.py: compact separators ", " and ": "), so the parser
 (toolcalls/parser.py) can read it exactly and stream it. A format is plain data: adding one is a file
 with one ToolFormat and a line in registry.py.
@@ -31,6 +32,7 @@ class ToolFormat:
     template_marks: tuple[str, ...] = ()   # chat-template text that identifies this format
     alternates: tuple[tuple[str, str | None, str], ...] = ()   # more (trigger, prefix, suffix) openers, auto
                                                                # only; prefix None: the trigger begins the body
+    start_openers: tuple[tuple[str, str | None, str], ...] = ()   # the same, at the start of the answer only
 
     @property
     def openers(self) -> tuple[tuple[str, str | None, str], ...]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from haltwise.toolcalls.formats.base import ToolFormat
 from haltwise.toolcalls.formats.hermes import HERMES
-from haltwise.toolcalls.formats.llama3 import LLAMA3
+from haltwise.toolcalls.formats.llama3_json import LLAMA3
 from haltwise.toolcalls.formats.mistral import MISTRAL
 
 FORMATS: dict[str, ToolFormat] = {f.name: f for f in (HERMES, LLAMA3, MISTRAL)}
