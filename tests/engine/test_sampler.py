@@ -60,6 +60,14 @@ def test_top_k_and_top_p_cut_the_tail():
     assert top_k == {0, 1} and top_p == {0, 1}
 
 
+def test_a_top_p_that_rounds_to_zero_keeps_the_most_likely_token():
+    """top_p = 5e-324 is valid (> 0) but 0.0 in float32: the first sorted token must still stay (the
+    fuzz found every token dropped, NaN probabilities, token 0 sampled)."""
+    x = logits([math.log(p) for p in (0.1, 0.6, 0.3)] + [-1e9] * (V - 3))
+    picks = {Sampler()(x, [row(seed=s, temperature=1.0, top_p=5e-324)]).token_ids[0] for s in range(20)}
+    assert picks == {1}
+
+
 def test_logprobs_are_of_the_raw_distribution():
     x = logits([1.0, 2.0, 3.0] + [-1e9] * (V - 3))
     out = Sampler()(x, [row(temperature=0, logprobs=2)])

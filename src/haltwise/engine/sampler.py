@@ -152,6 +152,7 @@ def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch
         sorted_p, order = probs.sort(dim=-1, descending=True)
         # Keep the smallest prefix whose mass reaches top_p (the first token always stays).
         drop = (sorted_p.cumsum(dim=-1) - sorted_p) >= top_p[:, None]
+        drop[:, 0] = False        # a top_p that rounds to 0 in float32 (5e-324) would drop every token
         sorted_p[drop] = 0.0
         probs = torch.zeros_like(probs).scatter_(-1, order, sorted_p)
     min_p = torch.tensor([p.min_p for p in params], dtype=probs.dtype)
