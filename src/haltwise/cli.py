@@ -17,6 +17,8 @@ COMMANDS = {
     "eval-tools": ("haltwise.bench.eval_tools", "tool calls: do they parse, validate and name the right tool "
                                                 "(haltwise vs llama-server --jinja)"),
     "eval-longctx": ("haltwise.bench.eval_longctx", "long-context perplexity and passkey retrieval per RoPE scaling"),
+    "eval-surfaces": ("haltwise.bench.eval_surfaces", "Anthropic Messages / OpenAI Responses checks, haltwise "
+                                                       "beside llama-server --jinja"),
     "eval-kv": ("haltwise.bench.eval_kv", "quality cost of each KV cache dtype vs float32 KV on the default path"),
     "stress": ("haltwise.bench.stress", "load a running server with a hostile mix of clients and report"),
 }

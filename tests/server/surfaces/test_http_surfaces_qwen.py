@@ -128,7 +128,8 @@ ASK_WEATHER = "What is the weather in Paris right now? Use the tool."
 
 def test_tool_use_round_trips_on_both_surfaces(qwen, name) -> None:
     """auto: the model calls get_weather on each surface (the same call as on chat completions, streamed
-    or not); the tool's answer sent back gives a text answer that ends by itself."""
+    or not); the tool's answer sent back (tool_choice none: this model otherwise calls again) gives a text
+    answer that ends by itself, the same tokens on both surfaces."""
     chat = oai(qwen).chat.completions.create(
         model=name, messages=[{"role": "user", "content": ASK_WEATHER}], max_tokens=60, temperature=0,
         tools=[{"type": "function", "function": {"name": "get_weather", "description": "Current weather",
@@ -147,7 +148,7 @@ def test_tool_use_round_trips_on_both_surfaces(qwen, name) -> None:
     history = [*ask["messages"], {"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in msg.content]},
                {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use.id,
                                              "content": "18 degrees celsius, sunny"}]}]
-    answer = claude(qwen).messages.create(**{**ask, "messages": history})
+    answer = claude(qwen).messages.create(**{**ask, "messages": history, "tool_choice": {"type": "none"}})
     assert answer.stop_reason == "end_turn" and "18" in answer.content[0].text
     rtools = [{"type": "function", "name": "get_weather", "description": "Current weather", "parameters": WEATHER_SCHEMA}]
     rask = dict(model=name, input=ASK_WEATHER, tools=rtools, max_output_tokens=60, temperature=0)
@@ -157,7 +158,7 @@ def test_tool_use_round_trips_on_both_surfaces(qwen, name) -> None:
     events = list(oai(qwen).responses.create(**rask, stream=True))
     assert [(it.name, it.arguments) for it in events[-1].response.output if it.type == "function_call"] == \
         [(call.name, call.arguments)]
-    follow = oai(qwen).responses.create(**{**rask, "input": [
+    follow = oai(qwen).responses.create(**{**rask, "tool_choice": "none", "input": [
         {"role": "user", "content": ASK_WEATHER},
         {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
         {"type": "function_call_output", "call_id": call.call_id, "output": "18 degrees celsius, sunny"}]})
