@@ -104,7 +104,7 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
     """Run the engine requests; answer with JSON or SSE. The run is always closed (aborting leftovers)."""
     recorders = [RequestRecorder(st.metrics, rid if len(prompts) == 1 else f"{rid}-{i}", st.log_content, t)
                  for i, t in enumerate(prompt_texts)]
-    _check_queue_room(st, params.n * len(prompts))
+    _check_queue_room(st, prompts, params)
     run = EngineRun(st.engine, request, rid, prompts, params, recorders)
     handed_off = False
     await _check_structure(st, params)
@@ -125,13 +125,16 @@ async def _generate(request: Request, st: ServerState, rid: str, prompts: list[l
             await run.close()
 
 
-def _check_queue_room(st: ServerState, sequences: int) -> None:
+def _check_queue_room(st: ServerState, prompts: list[list[int]], params: SamplingParams) -> None:
     """The request is charged its real cost, n x prompts sequences, against the queue before any prompt
     starts: all of them fit, or 503 at once (not after the first prompts were admitted and ran)."""
     config = getattr(st.engine, "engine_config", None)
     if config is None:   # a cluster: each replica's queue decides
         return
+    for prompt in prompts:     # a request that can never run is a 400 (context_length_exceeded ...), busy or not
+        st.engine.engine.prepare_prompt(prompt, params)
     waiting = st.engine.stats().num_waiting
+    sequences = params.n * len(prompts)
     if waiting + sequences > config.max_queue:
         raise Overloaded(f"server busy: {waiting} sequences waiting; this request adds {sequences} "
                          f"(n x prompts), over max_queue {config.max_queue}", retry_after=1.0)
