@@ -80,7 +80,7 @@ def test_default_path_same_request_same_tokens(name):
     greedy = run(engine, prompts[:1], replace(params, temperature=0.0))[0]
     batched = run(engine, prompts, replace(params, temperature=0.0))
 
-    pool = 10 * 16 * engine.model_config.kv_bytes_per_token("float32")     # 10 blocks for 8 sequences
+    pool = 10 * 16 * engine.model_config.kv_bytes_per_token(engine.config.kv_dtype)   # 10 blocks for 8 sequences
     small = build_engine(model, default_config("--kv-cache-memory", str(pool), "--max-model-len", "128",
                                                "--max-num-batched-tokens", "48"))
     assert run(small, prompts, replace(params, temperature=0.0)) == batched
