@@ -50,7 +50,8 @@ def test_auto_with_every_registered_format_stays_close_to_float32():
     auto, exact = tiny("auto"), tiny("float32")
     assert any(isinstance(m, PlannedLinear) for m in auto.runner.model.modules())
     assert not any(isinstance(m, PlannedLinear) for m in exact.runner.model.modules())
-    assert auto.runner.kv_caches[0][0].dtype == torch.float32
+    assert auto.runner.kv_caches[0][0].dtype == torch.int8          # --kv-cache-dtype auto under dtype auto
+    assert exact.runner.kv_caches[0][0].dtype == torch.float32      # the float32 oracle keeps float32 KV
     ids = torch.arange(3, 30)
     a, b = auto.runner.model.model.embed_tokens(ids), exact.runner.model.model.embed_tokens(ids)
     assert torch.equal(a, b)
