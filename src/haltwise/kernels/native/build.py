@@ -2,7 +2,7 @@
 at setup time so the first start does not wait for the compiler.
 
 The build goes to a persistent cache, ~/.cache/haltwise/kernels/<key> (HALTWISE_KERNEL_CACHE overrides
-the root), keyed by the sources, the torch and Python versions and the machine architecture, so any
+the root), keyed by the sources (and their directory), the torch and Python versions and the machine architecture, so any
 change rebuilds and stale builds are never loaded. The build directory and the built module must be owned
 by this user and not group/world-writable (cache_trust.py), else the directory is removed and rebuilt,
 with a warning. No -march: one binary serves every CPU of the
@@ -52,6 +52,9 @@ def build_key() -> str:
         digest.update((CSRC / name).read_bytes())
     digest.update(" ".join(CFLAGS + LDFLAGS).encode())
     digest.update(f"torch={torch.__version__} py={sys.version_info[:2]} machine={platform.machine()}".encode())
+    # torch's build.ninja names the sources by absolute path: two checkouts sharing one key would rebuild
+    # over each other at every alternate start (minutes), so each source directory gets its own build.
+    digest.update(str(CSRC.resolve()).encode())
     return digest.hexdigest()[:16]
 
 
