@@ -1,11 +1,13 @@
 """gguf_blocks: every fused linear's raw blocks decode to exactly the weights the model loads."""
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader
+from haltwise.models.gguf_file import GGUFFile
 from gguf import quants
 
 from haltwise.kernels.gguf_blocks import linear_shards, unpermute_block_rows
@@ -30,7 +32,7 @@ def test_unpermute_on_block_rows_is_the_weight_permutation() -> None:
 
 def test_smollm2_shards_decode_to_the_loaded_weights(smollm2_float32) -> None:
     model, config = smollm2_float32.model, smollm2_float32.config
-    shards = linear_shards(GGUFReader(default_model_path()), config)
+    shards = linear_shards(GGUFFile(default_model_path()), config)
     linears = {name: m for name, m in model.named_modules() if isinstance(m, torch.nn.Linear)}
     assert set(shards) == set(linears)                                   # 4 per layer + lm_head
     assert [s.qtype for s in shards["model.layers.0.self_attn.qkv_proj"]] == [Q.Q4_1] * 3
@@ -42,8 +44,8 @@ def test_smollm2_shards_decode_to_the_loaded_weights(smollm2_float32) -> None:
 
 def test_float_tensors_get_no_shards(smollm2_float32) -> None:
     """A linear with a float shard (here: pretend attn_v is F32) is left to the torch formats."""
-    reader = GGUFReader(default_model_path())
-    reader.tensors = [t._replace(tensor_type=Q.F32) if t.name == "blk.0.attn_v.weight" else t for t in reader.tensors]
+    reader = GGUFFile(default_model_path())
+    reader.tensors = [dataclasses.replace(t, tensor_type=Q.F32) if t.name == "blk.0.attn_v.weight" else t for t in reader.tensors]
     shards = linear_shards(reader, smollm2_float32.config)
     assert "model.layers.0.self_attn.qkv_proj" not in shards
     assert "model.layers.1.self_attn.qkv_proj" in shards

@@ -1,5 +1,5 @@
 """GGUF dimensions and counts are bounded before anything is allocated from them (models/gguf_bounds.py,
-the tensor byte check in gguf_reader.py, the count checks in tokenizer/gguf_metadata.py): a crafted file
+the tensor byte check in gguf_reader.py, the count checks in models/gguf_file.py): a crafted file
 is a ModelLoadError (or ValueError for the metadata-only reader) naming what is wrong, never an
 allocation of terabytes, a billion-layer loop or a crash. The files are written with gguf.GGUFWriter,
 as tests/tokenizer/tiny_gguf.py writes its tokenizers."""
@@ -14,7 +14,7 @@ import pytest
 
 from haltwise.models.errors import ModelLoadError
 from haltwise.models.loader import load_model
-from haltwise.tokenizer.gguf_metadata import read_gguf_metadata
+from haltwise.models.gguf_file import read_gguf_metadata
 
 SANE = {"context_length": 256, "embedding_length": 64, "block_count": 2, "feed_forward_length": 128,
         "head_count": 4, "head_count_kv": 2, "vocab_size": 300}

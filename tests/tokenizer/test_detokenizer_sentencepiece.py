@@ -5,7 +5,7 @@ delta never ends in a U+FFFD that a later token could still complete.
 """
 from __future__ import annotations
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
@@ -33,6 +33,7 @@ def test_gemma_any_ids_any_chunking(gemma, data, skip):
 @settings(max_examples=200, **_SETTINGS)
 @given(text=st.text(alphabet=st.characters(codec="utf-8", exclude_categories=("Cs",)), max_size=40))
 def test_gemma_token_by_token_never_emits_a_split_character(gemma, text):
+    assume("<unk>" not in text)    # encode() reads special tokens' text as those tokens, which decode skips
     ids = gemma.encode(text)
     detok = IncrementalDetokenizer(gemma)
     deltas = [detok.step([i]) for i in ids]

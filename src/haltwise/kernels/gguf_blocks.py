@@ -23,10 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 
 from haltwise.config import ModelConfig
 from haltwise.kernels.formats import GGUFShard, LinearSource
+from haltwise.models.gguf_file import GGUFFile
 from haltwise.models.gguf_reader import hf_name, open_gguf, unpermute_qk
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
@@ -49,11 +50,10 @@ def unpermute_block_rows(data: np.ndarray, n_heads: int) -> np.ndarray:
     return unpermute_qk(torch.from_numpy(np.array(data)), n_heads).numpy()   # np.array: a writable copy
 
 
-def linear_shards(reader: GGUFReader, config: ModelConfig) -> dict[str, list[GGUFShard]]:
+def linear_shards(reader: GGUFFile, config: ModelConfig) -> dict[str, list[GGUFShard]]:
     """Fused linear name (no '.weight') -> its shards in row order, for every all-quantized linear."""
     parts: dict[str, dict[int, GGUFShard]] = {}
-    arch = reader.fields.get("general.architecture")
-    permuted = arch is not None and arch.contents() in PERMUTED_QK_ARCHITECTURES
+    permuted = reader.metadata.get("general.architecture") in PERMUTED_QK_ARCHITECTURES
     for t in reader.tensors:
         qtype = GGMLQuantizationType(t.tensor_type)
         if len(t.shape) != 2 or qtype in _FLOAT_TYPES:

@@ -93,7 +93,7 @@ def dequantize_blocks(blocks: torch.Tensor, qtype: Q) -> torch.Tensor:
 def dequantize(raw: np.ndarray, qtype: Q, shape: tuple[int, ...]) -> torch.Tensor:
     """Decode one tensor's data into a float32 tensor of `shape` (numpy / torch order).
 
-    raw: the tensor's bytes as GGUFReader exposes them (any dtype; only the bytes are used).
+    raw: the tensor's bytes as the file stores them (any dtype; only the bytes are used).
     Raises UnsupportedQuantization (a ValueError) for types outside SUPPORTED_TYPES.
     """
     data = torch.from_numpy(np.ascontiguousarray(raw).reshape(-1).view(np.uint8).copy())  # (nbytes,)

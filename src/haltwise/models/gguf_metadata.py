@@ -2,38 +2,34 @@
 from __future__ import annotations
 
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from gguf import GGUFReader, GGUFValueType
 
 from haltwise.config import ModelConfig
 from haltwise.models.architectures import family_of, window_pattern
 from haltwise.models.errors import ModelLoadError
+from haltwise.models.gguf_file import GGUFFile
 from haltwise.models.gguf_bounds import check_dimensions, check_fits_file, implied_parameters
 
 
-def _field(reader: GGUFReader, key: str, default: Any = None) -> Any:
-    f = reader.fields.get(key)
-    if f is None:
-        return default
-    return f.contents()
+def _field(reader: GGUFFile, key: str, default: Any = None) -> Any:
+    return reader.metadata.get(key, default)
 
 
-def _array_len(reader: GGUFReader, key: str) -> int | None:
-    f = reader.fields.get(key)
-    if f is None or f.types[0] != GGUFValueType.ARRAY:
-        return None
-    return len(f.data)
+def _array_len(reader: GGUFFile, key: str) -> int | None:
+    value = reader.metadata.get(key)
+    return len(value) if isinstance(value, Sequence) and not isinstance(value, str) else None
 
 
 # The last file opened, by (resolved path, size, mtime): the loader and the kernel plan's block reader open
 # the same file during one engine build, and parsing its metadata (the whole vocabulary) takes seconds.
-# Readers are read-only views of a read-only map of the file, so sharing one is safe.
-_last_opened: dict[tuple[str, int, int], GGUFReader] = {}
+# A GGUFFile is a read-only map of the file, so sharing one is safe.
+_last_opened: dict[tuple[str, int, int], GGUFFile] = {}
 
 
-def open_gguf(path: Path) -> GGUFReader:
+def open_gguf(path: Path) -> GGUFFile:
     """A reader for `path`, or ModelLoadError if it is missing or not a GGUF file."""
     path = Path(path)
     if not path.is_file():
@@ -43,15 +39,15 @@ def open_gguf(path: Path) -> GGUFReader:
     if key in _last_opened:
         return _last_opened[key]
     try:
-        reader = GGUFReader(path)
-    except Exception as e:  # gguf raises ValueError / struct errors for anything malformed
+        reader = GGUFFile(path)
+    except Exception as e:  # ValueError for anything malformed, OSError for an unreadable file
         raise ModelLoadError(f"{path}: not a readable GGUF file ({type(e).__name__}: {e})") from None
     _last_opened.clear()
     _last_opened[key] = reader
     return reader
 
 
-def _rope_scaling(reader: GGUFReader, arch: str, window: int) -> dict[str, Any] | None:
+def _rope_scaling(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
     kind = _field(reader, f"{arch}.rope.scaling.type")
     factor = _field(reader, f"{arch}.rope.scaling.factor")
     if not kind or kind == "none" or not factor:
@@ -60,7 +56,7 @@ def _rope_scaling(reader: GGUFReader, arch: str, window: int) -> dict[str, Any] 
     return {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
 
 
-def _rope_freq_factors(reader: GGUFReader) -> tuple[float, ...] | None:
+def _rope_freq_factors(reader: GGUFFile) -> tuple[float, ...] | None:
     """llama3-style per-frequency divisors stored as the `rope_freqs.weight` tensor, if any."""
     for t in reader.tensors:
         if t.name == "rope_freqs.weight":
@@ -77,7 +73,7 @@ def _layer_types(pattern: Any, family_every: int | None, layers: int) -> tuple[s
     return window_pattern(layers, every) if every else ("sliding_attention",) * layers
 
 
-def gguf_config(reader: GGUFReader, path: Path) -> ModelConfig:
+def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
     """ModelConfig from GGUF metadata; ModelLoadError for an unsupported architecture or missing keys."""
     options = family_of(_field(reader, "general.architecture"), str(path))
     arch = _field(reader, "general.architecture")

@@ -22,15 +22,17 @@ from typing import Iterator
 
 import numpy as np
 import torch
-from gguf import GGMLQuantizationType, GGUFReader
+from gguf import GGMLQuantizationType
 
 from haltwise.config import ModelConfig
 from haltwise.models.architectures import ARCHITECTURES, ArchOptions, arch_options
 from haltwise.models.dequant import SUPPORTED_TYPES, UnsupportedQuantization, dequantize, row_bytes
 from haltwise.models.errors import ModelLoadError
+from haltwise.models.gguf_file import GGUFFile
 from haltwise.models.gguf_metadata import gguf_config, open_gguf
 
-__all__ = ["GGUFTensor", "gguf_config", "gguf_tensors", "gguf_weights", "hf_name", "open_gguf", "unpermute_qk"]
+__all__ = ["GGUFTensor", "gguf_config", "gguf_tensors", "gguf_weights", "hf_name", "open_gguf", "tensor_values",
+           "unpermute_qk"]
 SUPPORTED_ARCHITECTURES = tuple(ARCHITECTURES)
 
 _LAYER_NAMES = {  # GGUF per-block name -> Hugging Face suffix under model.layers.N (Llama's meaning)
@@ -87,7 +89,7 @@ class GGUFTensor:
     norm_plus_one: bool         # stored as 1 + w (Gemma RMSNorm)
 
 
-def gguf_tensors(reader: GGUFReader, config: ModelConfig, path: Path | None = None) -> Iterator[GGUFTensor]:
+def gguf_tensors(reader: GGUFFile, config: ModelConfig, path: Path | None = None) -> Iterator[GGUFTensor]:
     """Every tensor the model needs, raw. Unknown tensor names and undecodable types raise ModelLoadError."""
     options = arch_options(config)
     where = path or "GGUF"
@@ -102,7 +104,7 @@ def gguf_tensors(reader: GGUFReader, config: ModelConfig, path: Path | None = No
         if qtype not in SUPPORTED_TYPES:
             raise ModelLoadError(f"{where}: tensor {t.name} uses quantization {qtype.name}, which is not "
                                  f"supported (supported: {', '.join(sorted(q.name for q in SUPPORTED_TYPES))})")
-        shape = tuple(int(d) for d in reversed(t.shape.tolist()))   # ggml lists dims fastest-first
+        shape = tuple(reversed(t.shape))   # ggml lists dims fastest-first
         try:
             width = row_bytes(qtype, shape[-1])
         except UnsupportedQuantization as e:
@@ -127,12 +129,17 @@ def _unpermute_heads(name: str, config: ModelConfig, options: ArchOptions) -> in
     return None
 
 
-def gguf_weights(reader: GGUFReader, config: ModelConfig, path: Path) -> Iterator[tuple[str, torch.Tensor]]:
+def gguf_weights(reader: GGUFFile, config: ModelConfig, path: Path) -> Iterator[tuple[str, torch.Tensor]]:
     """(Hugging Face name, float32 tensor) for every tensor, q/k unpermuted. Lazy: one tensor at a time."""
     for t in gguf_tensors(reader, config, path):
-        w = dequantize(t.data, t.qtype, t.shape)
-        if t.unpermute_heads:
-            w = unpermute_qk(w, t.unpermute_heads)
-        if t.norm_plus_one:
-            w = w - 1.0
-        yield t.hf_name, w
+        yield t.hf_name, tensor_values(t)
+
+
+def tensor_values(t: GGUFTensor) -> torch.Tensor:
+    """One tensor as the model holds it: float32, q/k rows in Hugging Face order, Gemma norms as w."""
+    w = dequantize(t.data, t.qtype, t.shape)
+    if t.unpermute_heads:
+        w = unpermute_qk(w, t.unpermute_heads)
+    if t.norm_plus_one:
+        w = w - 1.0
+    return w

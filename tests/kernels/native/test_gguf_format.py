@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader
+from haltwise.models.gguf_file import GGUFFile
 
 from haltwise.kernels.formats import GGUFShard, LinearSource, Unsupported, all_formats
 from haltwise.kernels.gguf_blocks import linear_shards
@@ -25,7 +25,7 @@ needs_native = pytest.mark.skipif(build.load() is None, reason=f"native kernels 
 @pytest.fixture(scope="module")
 def smollm2_sources() -> dict[str, LinearSource]:
     loaded = load_model(default_model_path(), dtype="float32", rope_scaling=None, max_model_len=256)
-    shards = linear_shards(GGUFReader(default_model_path()), loaded.config)
+    shards = linear_shards(GGUFFile(default_model_path()), loaded.config)
     modules = dict(loaded.model.named_modules())
     names = ["model.layers.0.self_attn.qkv_proj", "model.layers.0.self_attn.o_proj",
              "model.layers.0.mlp.gate_up_proj", "model.layers.0.mlp.down_proj", "lm_head"]
