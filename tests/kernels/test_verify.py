@@ -73,3 +73,26 @@ def test_a_linear_failing_verification_falls_back_at_engine_build(monkeypatch):
     leaking = [m for m in layers if RowCountLeaks.name in m.bucket_formats]
     assert not leaking and set(report.failures) and all("not batch invariant" in why for why in report.failures.values())
     assert all(set(m.bucket_formats) == {"float32-native"} for m in layers if m.name in report.failures)
+
+
+def test_a_cached_verdict_applies_its_fallbacks_without_verifying_again(monkeypatch):
+    """The second start reads the plan and its verdict from the cache (same host, build and model): the
+    failing linears fall back as before, and nothing is calibrated or verified (a start in seconds)."""
+    monkeypatch.setattr(model_plan, "all_formats", lambda: [RowCountLeaks(), get("float32-native"), get("float32")])
+    monkeypatch.setattr(RowCountLeaks, "tolerance", 1.0)
+    monkeypatch.setattr(plan, "fix_format", lambda group: RowCountLeaks.name)
+    monkeypatch.setattr(plan, "implausible_cells", lambda group, last: [])   # a busy host's plan is cached too
+    config = EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20)
+    first = build_engine(engine_config=config, tiny=True).kernel_plan
+    assert not first.from_cache and first.verified.failures
+
+    def no_verification(*args, **kwargs):
+        raise AssertionError("a cached verdict was verified again")
+
+    monkeypatch.setattr(model_plan, "verify", no_verification)
+    engine = build_engine(engine_config=config, tiny=True)
+    second = engine.kernel_plan
+    assert second.from_cache and second.verified.failures == first.verified.failures
+    layers = {m.name: m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)}
+    assert all(set(layers[name].bucket_formats) == {"float32-native"} for name in first.verified.failures)
+    assert not any(RowCountLeaks.name in m.bucket_formats for m in layers.values())

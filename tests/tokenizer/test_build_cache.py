@@ -27,8 +27,10 @@ def _same(a: Tokenizer, b: Tokenizer) -> None:
     assert (a.chat_template and a.chat_template.source) == (b.chat_template and b.chat_template.source)
 
 
-def test_second_build_is_a_cache_hit_equal_to_the_first(cache_dir, tmp_path):
-    path = sentencepiece_gguf(tmp_path / "g.gguf", "gemma3", chat_template="{{ messages[0]['content'] }}")
+@pytest.mark.parametrize("kind", ["sentencepiece", "byte-level"])
+def test_second_build_is_a_cache_hit_equal_to_the_first(cache_dir, tmp_path, kind):
+    path = (sentencepiece_gguf(tmp_path / "g.gguf", "gemma3", chat_template="{{ messages[0]['content'] }}")
+            if kind == "sentencepiece" else byte_level_gguf(tmp_path / "b.gguf"))
     first = Tokenizer.from_gguf(path)
     second = Tokenizer.from_gguf(path)
     assert (first.build_source, second.build_source) == ("built", "cache")
@@ -64,5 +66,5 @@ def test_cache_can_be_turned_off(cache_dir, tmp_path, monkeypatch):
 def test_fast_builds_are_not_cached(tmp_path, monkeypatch):
     monkeypatch.setenv("HALTWISE_CACHE_DIR", str(tmp_path / "cache"))
     Tokenizer.from_gguf(sentencepiece_gguf(tmp_path / "g.gguf", "gemma3"))  # under MIN_CACHED_VOCAB
-    Tokenizer.from_gguf(byte_level_gguf(tmp_path / "b.gguf"))              # merges come from the file
+    Tokenizer.from_gguf(byte_level_gguf(tmp_path / "b.gguf"))              # likewise
     assert not (tmp_path / "cache" / "tokenizers").exists()

@@ -52,7 +52,8 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
         return engine
     start = time.perf_counter()
     weights_dtype = "bfloat16" if config.dtype == "bfloat16" else "float32"
-    loaded = load_model(model, dtype=weights_dtype, rope_scaling=rope_scaling, max_model_len=config.max_model_len)
+    loaded = load_model(model, dtype=weights_dtype, rope_scaling=rope_scaling, max_model_len=config.max_model_len,
+                        mapped=config.dtype == "auto")   # every linear will be planned: keep them in the file
     tok_start = time.perf_counter()
     tokenizer = Tokenizer.from_gguf(loaded.path) if loaded.format == "gguf" else Tokenizer.from_hf_dir(loaded.path)
     log.info("loaded %s in %.2fs (tokenizer %.2fs)", loaded.path, time.perf_counter() - start,
@@ -93,7 +94,7 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, token
     native_kernels.load()    # build or load the extension now, never inside a step (the watchdog would fire)
     calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:CALIBRATION_TOKENS]
     plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant,
-                              captured=capture_inputs(model, calibration))
+                              calibrate=lambda planned: capture_inputs(planned, calibration))
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
     model.model.native_decode = None
     if config.native_decode:

@@ -27,8 +27,8 @@ from __future__ import annotations
 import hashlib
 import importlib
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Callable
 
 import numpy as np
 import torch
@@ -52,24 +52,42 @@ class GGUFShard:
     rows: int
 
 
-@dataclass(eq=False)
 class LinearSource:
     """One linear weight as the checkpoint gives it.
 
     name: fused HF-style name ("model.layers.0.self_attn.qkv_proj"); weight: (out, in) float32, the
     dequantized checkpoint values; gguf: the raw blocks, one shard per fused part in row order, or None.
+
+    Weights kept only as they run (issue 25): a model loaded from a mapped GGUF has no float32 linears
+    (their parameters are meta tensors). Such a source is given `load_weight`, and `weight` dequantizes on
+    first use and holds the result until `release()`: only the formats that multiply in float32, the plan's
+    measuring and its verification ever ask, one linear at a time.
     """
 
-    name: str
-    weight: torch.Tensor
-    bias: torch.Tensor | None = None
-    gguf: list[GGUFShard] | None = None
-    max_rows: int | None = None  # the most rows a step ever multiplies (lm_head: sampled rows); None = any
-    _group: str | None = field(default=None, repr=False)
+    def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None,
+                 gguf: list[GGUFShard] | None = None, max_rows: int | None = None,
+                 load_weight: Callable[[], torch.Tensor] | None = None):
+        if weight.is_meta and load_weight is None:
+            raise ValueError(f"{name}: a meta weight needs load_weight")
+        self.name, self.bias, self.gguf, self.max_rows = name, bias, gguf, max_rows
+        self._stored, self._load, self._loaded = weight, load_weight, None
+        self._group: str | None = None
+
+    @property
+    def weight(self) -> torch.Tensor:
+        if not self._stored.is_meta:
+            return self._stored
+        if self._loaded is None:
+            self._loaded = self._load()
+        return self._loaded
+
+    def release(self) -> None:
+        """Drop a weight dequantized on demand (a format that multiplies by it keeps its own reference)."""
+        self._loaded = None
 
     @property
     def shape(self) -> tuple[int, int]:
-        return tuple(self.weight.shape)  # type: ignore[return-value]
+        return tuple(self._stored.shape)  # type: ignore[return-value]
 
     def group_key(self) -> str:
         """Sources with equal keys are measured once and share a plan: their shape and what their values

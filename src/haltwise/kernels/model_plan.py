@@ -4,7 +4,9 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import Callable
 
+import torch
 from torch import nn
 
 from haltwise.kernels import plan_cache
@@ -12,12 +14,12 @@ from haltwise.kernels.gguf_blocks import attach_gguf_blocks
 from haltwise.kernels.formats import LinearFormat, all_formats, registry_version
 from haltwise.kernels.host import HostInfo, probe
 from haltwise.kernels.native import build
-from haltwise.kernels.plan import BUCKETS, FALLBACK, INVARIANT_FALLBACKS, KernelPlan, group_sources, measure_plan
+from haltwise.kernels.plan import (BUCKETS, FALLBACK, INVARIANT_FALLBACKS, KernelPlan, VerifyReport, group_sources,
+                                   measure_plan)
 from haltwise.kernels.planned_linear import PlannedLinear, apply_plan, linear_sources
-from haltwise.kernels.verify import VerifyReport, verify_model
+from haltwise.kernels.verify import verify_model
 
 log = logging.getLogger("haltwise.kernels")
-CACHED_CHECK_ROWS = 64   # a cached plan is re-verified up to this bucket (kernels/verify.py)
 
 
 def native_identity() -> str:
@@ -28,13 +30,17 @@ def native_identity() -> str:
 
 def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFormat] | None = None,
                host: HostInfo | None = None, use_cache: bool = True, batch_invariant: bool = False,
-               captured: dict[str, "torch.Tensor"] | None = None) -> tuple[KernelPlan, dict[str, int]]:
+               calibrate: Callable[[nn.Module], dict[str, torch.Tensor]] | None = None
+               ) -> tuple[KernelPlan, dict[str, int]]:
     """Measure (or read from the cache) the plan for every nn.Linear of `model`, then apply it.
 
     model_path identifies the weights for the cache (None: an in-memory model, keyed by its shapes only).
     batch_invariant: one batch-invariant format per linear (the default path; kernels/plan.py).
-    captured: {linear name: real input rows} (models/calibration.py); when given, every planned linear is
-    verified on them (kernels/verify.py) and a failing one falls back. Returns the plan and how many linears run each format.
+    calibrate(model) -> {linear name: real input rows} (models/calibration.py), called once the plan is
+    applied: every planned linear is verified on them (kernels/verify.py) and a failing one falls back.
+    The verdict is cached with the plan, so a start that reads the plan from the cache applies the same
+    fallbacks without calibrating or verifying again (the cache key names the native build, the host and
+    the model file: what was verified is what runs). Returns the plan and how many linears run each format.
     """
     host = host or probe()
     formats = all_formats() if formats is None else formats
@@ -51,34 +57,41 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
         if plan.noisy:
             log.warning("the host was too busy to time %d kernel-plan cells (%s ...); this plan is used "
                         "but not cached, so the next start measures again", len(plan.noisy), plan.noisy[0])
-        elif use_cache:
-            plan_cache.store(plan)
     by_name = {f.name: f for f in formats}
     counts = apply_plan(model, plan, by_name, sources)
-    if captured is not None:
-        plan.verified = verify(model, sources, captured, by_name, batch_invariant,
-                               max_rows=CACHED_CHECK_ROWS if plan.from_cache else BUCKETS[-1])
+    verified_now = calibrate is not None and plan.verified is None
+    if verified_now:
+        plan.verified = verify(model, sources, calibrate(model), by_name, batch_invariant)
         counts = format_counts(model)
+    elif plan.verified is not None and plan.verified.failures:
+        for name in plan.verified.failures:                 # the cached verdict: the same fallbacks
+            _fall_back(sources, name, by_name, batch_invariant)
+        counts = format_counts(model)
+    for _, _, source in sources:
+        source.release()
+    if use_cache and not plan.noisy and (verified_now or not plan.from_cache):
+        plan_cache.store(plan)
     return plan, counts
 
 
 def verify(model: nn.Module, sources, captured, formats: dict[str, LinearFormat], batch_invariant: bool,
            max_rows: int = BUCKETS[-1]) -> VerifyReport:
     """verify_model over the applied plan; a failing linear is re-planned onto the fallback formats."""
-    by_name = {source.name: (parent, attr, source) for parent, attr, source in sources}
-    fallbacks = [n for n in (*(INVARIANT_FALLBACKS if batch_invariant else ()), FALLBACK) if n in formats]
-
-    def replan(name: str) -> str:
-        parent, attr, source = by_name[name]
-        layer = PlannedLinear(source, [fallbacks] * len(BUCKETS), formats)
-        setattr(parent, attr, layer)
-        return layer.bucket_formats[0]
-
-    weights = {name: (source.weight, source.max_rows) for name, (_, _, source) in by_name.items()}
-    report = verify_model(model, weights, captured, replan, max_rows)
+    by_name = {source.name: source for _, _, source in sources}
+    report = verify_model(model, by_name, captured,
+                          lambda name: _fall_back(sources, name, formats, batch_invariant), max_rows)
     log.info("kernel plan verified: %d (linear, row bucket) cells on real activations, worst error %.2f of "
              "its bound, %d linears fell back", report.checked, report.worst, len(report.failures))
     return report
+
+
+def _fall_back(sources, name: str, formats: dict[str, LinearFormat], batch_invariant: bool) -> str:
+    """Re-plan linear `name` onto the fallback formats for every bucket; returns the format it now runs."""
+    fallbacks = [n for n in (*(INVARIANT_FALLBACKS if batch_invariant else ()), FALLBACK) if n in formats]
+    parent, attr, source = next(s for s in sources if s[2].name == name)
+    layer = PlannedLinear(source, [fallbacks] * len(BUCKETS), formats)
+    setattr(parent, attr, layer)
+    return layer.bucket_formats[0]
 
 
 def format_counts(model: nn.Module) -> dict[str, int]:

@@ -65,6 +65,14 @@ class GroupPlan:
 
 
 @dataclass
+class VerifyReport:
+    """The verification's verdict on an applied plan (kernels/verify.py), cached with the plan."""
+    checked: int = 0                                     # (linear, bucket) cells checked
+    worst: float = 0.0                                   # largest max|y - ref| / bound over all cells
+    failures: dict[str, str] = field(default_factory=dict)   # linear name -> why (it runs the fallback)
+
+
+@dataclass
 class KernelPlan:
     host: dict                                   # HostInfo fields, for printing
     cache_key: str
@@ -73,7 +81,7 @@ class KernelPlan:
     from_cache: bool = False
     noisy: list[str] = field(default_factory=list)   # "group:format:bucket" cells still implausible
     batch_invariant: bool = False                    # every group runs one batch-invariant format
-    verified: object = None                          # kernels.verify.VerifyReport of this build (not cached)
+    verified: VerifyReport | None = None             # None until verified (a cached plan keeps its verdict)
     def ranking(self, group_key: str, bucket: int) -> list[str]:
         group = self.groups.get(group_key)
         return group.ranking(bucket) if group else [FALLBACK]
@@ -108,15 +116,17 @@ class KernelPlan:
     def to_json(self) -> dict:
         return {"host": self.host, "cache_key": self.cache_key, "measure_s": self.measure_s,
                 "buckets": list(BUCKETS), "batch_invariant": self.batch_invariant,
-                "groups": {k: asdict(g) for k, g in self.groups.items()}}
+                "groups": {k: asdict(g) for k, g in self.groups.items()},
+                "verified": asdict(self.verified) if self.verified is not None else None}
 
     @classmethod
     def from_json(cls, data: dict) -> "KernelPlan":
         if data.get("buckets") != list(BUCKETS):
             raise ValueError("plan was measured for other row buckets")
         groups = {k: GroupPlan(**g) for k, g in data["groups"].items()}
+        verified = VerifyReport(**data["verified"]) if data.get("verified") else None
         return cls(data["host"], data["cache_key"], groups, data["measure_s"], from_cache=True,
-                   batch_invariant=bool(data.get("batch_invariant")))
+                   batch_invariant=bool(data.get("batch_invariant")), verified=verified)
 
 
 def check(fmt: LinearFormat, prepared, source: LinearSource) -> str | None:

@@ -7,6 +7,7 @@ next in that bucket's ranking, and float32 is always the last resort.
 from __future__ import annotations
 
 import logging
+from functools import partial
 from typing import Any, Iterator
 
 import torch
@@ -72,15 +73,19 @@ def linear_sources(model: nn.Module) -> Iterator[tuple[nn.Module, str, LinearSou
     """(parent, attribute, source) for every nn.Linear in the model, named as in model.named_modules().
 
     lm_head only ever sees the rows being sampled (at most max_num_seqs, 64 by default): its
-    max_rows is BUCKETS[-2], so the plan does not time it at 256 rows.
+    max_rows is BUCKETS[-2], so the plan does not time it at 256 rows. A linear whose weight was never
+    materialized (a meta tensor: models/loader.py's mapped weights) is read through the model's
+    `load_linear_weight(name)` when a format or the plan needs its float32 values.
     """
+    load = getattr(model, "load_linear_weight", None)
     for parent_name, parent in list(model.named_modules()):
         for attr, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
                 name = f"{parent_name}.{attr}" if parent_name else attr
                 yield parent, attr, LinearSource(name, child.weight.detach(),
                                                  None if child.bias is None else child.bias.detach(),
-                                                 max_rows=BUCKETS[-2] if attr == "lm_head" else None)
+                                                 max_rows=BUCKETS[-2] if attr == "lm_head" else None,
+                                                 load_weight=partial(load, name) if load is not None else None)
 
 
 def apply_plan(model: nn.Module, plan: KernelPlan, formats: dict[str, LinearFormat],

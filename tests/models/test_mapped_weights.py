@@ -1,0 +1,75 @@
+"""Weights kept only as they run: the mapped load gives the eager load's values, and holds no float32 copy."""
+from __future__ import annotations
+
+import gc
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch import nn
+
+from haltwise.config import EngineConfig
+from haltwise.engine.factory import build_engine
+from haltwise.models.loader import load_model
+from haltwise.models.mapped_weights import QuantizedEmbedding
+
+VOCAB = 49152   # SmolLM2
+
+
+@pytest.fixture(scope="module")
+def eager():
+    return load_model(None).model
+
+
+@pytest.fixture(scope="module")
+def mapped():
+    return load_model(None, mapped=True).model
+
+
+@settings(max_examples=30, deadline=None)
+@given(ids=st.lists(st.integers(0, VOCAB - 1), min_size=1, max_size=40))
+def test_embedding_rows_equal_the_eager_table(eager, mapped, ids):
+    assert isinstance(mapped.model.embed_tokens, QuantizedEmbedding)
+    t = torch.tensor(ids)
+    assert torch.equal(mapped.model.embed_tokens(t), eager.model.embed_tokens(t))
+
+
+def test_every_linear_weight_equals_the_eager_one(eager, mapped):
+    linears = {n: m for n, m in eager.named_modules() if isinstance(m, nn.Linear)}
+    assert len(linears) == 30 * 4 + 1
+    for name, module in linears.items():
+        assert dict(mapped.named_modules())[name].weight.is_meta, name        # never materialized
+        assert torch.equal(mapped.load_linear_weight(name), module.weight), name
+
+
+def test_the_rest_is_loaded_like_the_eager_model(eager, mapped):
+    ours = {n: p for n, p in mapped.named_parameters() if not p.is_meta}
+    theirs = dict(eager.named_parameters())
+    assert ours and all(torch.equal(p, theirs[n]) for n, p in ours.items())
+    assert sum(p.numel() for p in ours.values()) < 100_000                # norms only: 35k floats
+
+
+def _float32_bytes_alive() -> int:
+    gc.unfreeze()               # build_engine freezes what it built: frozen objects are not listed
+    gc.collect()
+    seen, total = set(), 0
+    for obj in gc.get_objects():
+        if isinstance(obj, torch.Tensor) and obj.dtype == torch.float32 and not obj.is_meta:
+            storage = obj.untyped_storage()
+            if storage.data_ptr() not in seen:
+                seen.add(storage.data_ptr())
+                total += storage.nbytes()
+    return total
+
+
+@pytest.mark.slow
+def test_a_default_engine_keeps_no_float32_copy_of_the_weights():
+    """The served default (dtype auto): linears run on the file's blocks and the embedding reads its rows, so
+    the float32 bytes alive are the rope tables and norms -- not the 540 MB of a dequantized SmolLM2
+    (the embedding alone is 113 MB)."""
+    before = _float32_bytes_alive()
+    engine = build_engine(None, EngineConfig(dtype="auto", kv_cache_memory=64 * 2**20, max_model_len=2048))
+    held = _float32_bytes_alive() - before
+    assert held < 16 * 2**20, f"{held / 2**20:.0f} MiB of float32 tensors alive"
+    assert engine.kernel_plan is not None    # (the engine is alive while the bytes are counted)
