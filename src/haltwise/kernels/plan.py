@@ -24,6 +24,7 @@ roundings).
 from __future__ import annotations
 
 import bisect
+import logging
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Iterable
@@ -34,6 +35,7 @@ import torch.nn.functional as F
 from haltwise.kernels.formats import LinearFormat, LinearSource, registry_version
 from haltwise.kernels.host import HostInfo
 
+log = logging.getLogger("haltwise.kernels")
 BUCKETS = (1, 2, 4, 8, 16, 32, 64, 256)   # a step of r rows uses the smallest bucket >= r (256 for > 64)
 DROP_FACTOR = 3.0
 SAMPLES = 7                               # single timed calls per format and bucket, the fastest kept ...
@@ -252,8 +254,12 @@ def measure_plan(sources: list[LinearSource], formats: list[LinearFormat], host:
     start = time.perf_counter()
     if batch_invariant:
         formats = [f for f in formats if f.batch_invariant]
-    groups = {key: measure_group(key, members, formats, host, samples)
-              for key, members in group_sources(sources).items()}
+    todo = group_sources(sources)
+    groups = {}
+    for i, (key, members) in enumerate(todo.items(), 1):   # progress: only a first start measures (it is cached)
+        log.info("kernel plan: timing %d formats on %s x%d (%d of %d weight shapes); later starts read it "
+                 "from the cache", len(formats), key, len(members), i, len(todo))
+        groups[key] = measure_group(key, members, formats, host, samples)
     if batch_invariant:
         for g in groups.values():
             g.fixed = fix_format(g)
