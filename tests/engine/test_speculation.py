@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import pytest
+import torch
 from hypothesis import given, settings, strategies as st
 
 from haltwise.config import EngineConfig
@@ -116,6 +117,21 @@ def test_seeded_sampling_identical_with_penalties_min_tokens_and_logprobs(seed):
     assert accepted(on) > 0
 
 
+def test_each_position_is_sampled_after_the_drafts_accepted_before_it():
+    """Logits that prefer A to B by 0.5 everywhere, frequency_penalty 0.3: decoding gives A, A, B (A's
+    second repeat costs 0.6). Drafts A, A, A: the third position must see both accepted A's."""
+    eng = engine(4)
+    a, b = 100, 101
+    state = eng.prepare_request("r", [5, 6, 7], greedy(10, frequency_penalty=0.3)).seqs[0]
+    logits = torch.zeros(4, eng.model_config.vocab_size)
+    logits[:, a], logits[:, b] = 1.0, 0.5
+    first = eng.sampler(logits[:1], [state.sampling_row()]).token_ids[0]
+    assert first == a and state.on_token(first, None) is None
+    termination, num_accepted = eng.speculator.accept(state, [a, a, a], first, logits[1:], eng.sampler)
+    assert termination is None and num_accepted == 2
+    assert state.seq.output_token_ids == [a, a, b]
+
+
 def test_stop_string_inside_an_accepted_run_cuts_exactly_there():
     eng = engine(0)
     [free], _ = run(eng, ECHO[:1], greedy(40))
@@ -182,7 +198,7 @@ def test_prefix_cache_after_speculation_gives_identical_text():
         eng = engine(k, block_size=4)
         [first], _ = run(eng, ECHO[:1], params)
         follow = list(first.prompt_token_ids) + list(first.outputs[0].token_ids)
-        [second], _ = run(eng, [follow], greedy(24), ids=True)
+        [second], _ = run(eng, [follow], replace(params, seed=9, max_tokens=8, logprobs=0), ids=True)
         assert second.num_cached_tokens >= len(follow) - 4
         outs[k] = (first, second)
         if k:

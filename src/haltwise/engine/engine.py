@@ -77,7 +77,7 @@ class LLMEngine:
         self.sampler = Sampler()
         why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""
         if why_not:
-            log.warning("speculative decoding off: %s", why_not)
+            log.info("speculative decoding off: %s", why_not)
         self.speculator = Speculator(0 if why_not else engine_config.speculative_tokens)
         # Grammars: compiled (and validated) per request, one matcher per sequence, masks filled into
         # one preallocated (max_num_seqs, ceil(V/32)) int32 buffer each step.

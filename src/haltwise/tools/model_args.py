@@ -41,9 +41,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="opt in to the fastest kernel format per row bucket (dtype auto): a request's tokens may "
                         "then depend on the other requests in its steps, its chunking and prefix-cache hits. "
                         "Default: one batch-invariant format per linear and every step through the native stack")
-    p.add_argument("--speculative-tokens", type=int, default=0, metavar="K",
+    p.add_argument("--speculative-tokens", type=int, default=2, metavar="K",
                    help="prompt-lookup speculative decoding: verify up to K n-gram draft tokens per decode step "
-                        "(exact: the same tokens as without it); 0 (default) = off. See the README's "
+                        "(exact: the same tokens as without it; default 2, 0 = off). See the README's "
                         "\"Speculative decoding\" for the measured speed-up")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
