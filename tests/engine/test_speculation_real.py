@@ -50,9 +50,9 @@ def generate(engine, prompt: list[int], params: SamplingParams, k: int, trace: l
     return list(out.outputs[0].token_ids), engine.speculator.num_accepted - before
 
 
-def record_logits(engine) -> dict[int, list[tuple[int, torch.Tensor]]]:
-    """Wrap the runner: position -> [(input token there, its logits row)] for every sampled position."""
-    seen: dict[int, list[tuple[int, torch.Tensor]]] = {}
+def record_logits(engine) -> dict[int, list[tuple[int, list[int], torch.Tensor]]]:
+    """Wrap the runner: position -> [(row start, the row's inputs up to the position, logits)]."""
+    seen: dict[int, list[tuple[int, list[int], torch.Tensor]]] = {}
     execute = engine.runner.execute
 
     def recording(rows):
@@ -62,7 +62,7 @@ def record_logits(engine) -> dict[int, list[tuple[int, torch.Tensor]]]:
             inputs = row.token_ids[row.start:row.end] + row.draft_token_ids
             for j in range(row.num_logits):
                 position = row.end - 1 + j
-                seen.setdefault(position, []).append((inputs[len(inputs) - row.num_logits + j], logits[i].clone()))
+                seen.setdefault(position, []).append((row.start, inputs[:position - row.start + 1], logits[i].clone()))
                 i += 1
         return logits
 
@@ -95,9 +95,9 @@ def test_verified_positions_give_decode_logits_bit_for_bit(engine):
     tokens = prompt + off
     checked = 0
     for position, rows in seen.items():
-        for token, logits in rows:
-            if position < len(tokens) and token == tokens[position] and position in decoded:
-                assert torch.equal(logits, decoded[position][1]), f"position {position}"
+        for start, inputs, logits in rows:   # verified: every input of the run up to here was the real token
+            if inputs == tokens[start:position + 1] and position in decoded:
+                assert torch.equal(logits, decoded[position][2]), f"position {position}"
                 checked += 1
     assert checked > len(off) // 2
 
