@@ -29,6 +29,8 @@ class CompletionOutput:
     reasoning_text: str = ""
     delta_reasoning_text: str = ""
     num_reasoning_tokens: int = 0       # reasoning tokens so far (tags not counted)
+    num_draft_tokens: int = 0           # speculative drafts verified (engine/speculation.py)
+    num_accepted_draft_tokens: int = 0  # of which accepted
 
     @property
     def finished(self) -> bool:

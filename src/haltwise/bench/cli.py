@@ -8,6 +8,7 @@
   neighbour    decode quiet vs beside busy processes, same run (bench/neighbour.py)
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
+  spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -26,6 +27,7 @@ PROGRAMS = {
     "neighbour": ("haltwise.bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
     "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise.bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
+    "spec": ("haltwise.bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
 }
 
 

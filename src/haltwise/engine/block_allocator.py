@@ -199,6 +199,17 @@ class BlockAllocator:
             self._seq_hashes.setdefault(seq.seq_id, [])
         return True
 
+    def trim(self, seq: Sequence, num_tokens: int) -> None:
+        """Return the blocks past the first blocks_for(num_tokens) of seq's table (reserved for rejected
+        speculative drafts). They hold no position below num_tokens, so none is in the prefix cache."""
+        keep = blocks_for(num_tokens, self.block_size)
+        for block_id in reversed(seq.block_table[keep:]):
+            block = self._blocks[block_id]
+            assert block.ref_count == 1 and block.block_hash is None, f"trimmed block {block_id} is shared"
+            block.ref_count = 0
+            self._free.appendleft(block_id)   # first out again: the next step's drafts take it back
+        del seq.block_table[keep:]
+
     def on_computed(self, seq: Sequence) -> None:
         """Register the sequence's newly full, computed blocks in the prefix cache.
 

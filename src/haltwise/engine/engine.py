@@ -14,12 +14,14 @@ from haltwise.engine.block_allocator import BlockAllocator
 from haltwise.engine.faults import maybe_wrap
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
 from haltwise.engine.model_runner import BatchRow, ModelRunner
+from haltwise.engine.prompt_checks import check_prompt
 from haltwise.engine.request_state import RequestState, SeqOutputState
 from haltwise.engine.sampler import Sampler
 from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
-from haltwise.errors import ContextLengthExceeded, InvalidRequest, Overloaded, RequestTooLarge
+from haltwise.engine.speculation import Speculator, run_heads, speculation_unsupported
+from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping.reasoning import ReasoningSection, ReasoningTags
@@ -47,6 +49,8 @@ class EngineStats:
     preemptions_total: int
     prefix_cache_hit_tokens: int
     breaker_state: int = 0   # 0 closed, 1 half-open, 2 open (set by the async wrapper)
+    spec_draft_tokens: int = 0      # speculative drafts verified since start (engine/speculation.py)
+    spec_accepted_tokens: int = 0   # of which accepted
 
 
 class LLMEngine:
@@ -71,6 +75,10 @@ class LLMEngine:
         self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype),
                                              engine_config.block_size))
         self.sampler = Sampler()
+        why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""
+        if why_not:
+            log.info("speculative decoding off: %s", why_not)
+        self.speculator = Speculator(0 if why_not else engine_config.speculative_tokens)
         # Grammars: compiled (and validated) per request, one matcher per sequence, masks filled into
         # one preallocated (max_num_seqs, ceil(V/32)) int32 buffer each step.
         self.structured = LLGuidanceBackend(tokenizer, model_config.vocab_size, self.eos_token_ids)
@@ -86,33 +94,7 @@ class LLMEngine:
     # ---- requests in -------------------------------------------------------------------------------------------
     def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
         """Validate ids and lengths (SPEC §3: no silent truncation). Returns (prompt ids, tokens truncated)."""
-        vocab = self.model_config.vocab_size
-        if not prompt_token_ids:
-            raise InvalidRequest("The prompt is empty: at least one token is required.", param="prompt")
-        bad = [t for t in prompt_token_ids if not isinstance(t, int) or isinstance(t, bool) or not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequest(f"Token id {bad[0]!r} is outside the vocabulary [0, {vocab}).", param="prompt")
-        bad = [t for t in params.stop_token_ids if not 0 <= t < vocab]
-        if bad:
-            raise InvalidRequest(f"stop_token_ids: {bad[0]} is outside the vocabulary [0, {vocab}).",
-                                 param="stop_token_ids")
-        truncated = 0
-        n = params.truncate_prompt_tokens
-        if n is not None and len(prompt_token_ids) > n:
-            truncated = len(prompt_token_ids) - n
-            prompt_token_ids = prompt_token_ids[-n:]
-        window = self.max_model_len
-        if len(prompt_token_ids) >= window:
-            raise ContextLengthExceeded(
-                f"This model's maximum context length is {window} tokens. However, your prompt has "
-                f"{len(prompt_token_ids)} tokens, which leaves no room for a completion. Shorten the prompt "
-                f"or set truncate_prompt_tokens.", param="prompt")
-        if params.max_tokens is not None and len(prompt_token_ids) + params.max_tokens > window:
-            raise ContextLengthExceeded(
-                f"This model's maximum context length is {window} tokens. However, you requested "
-                f"{len(prompt_token_ids) + params.max_tokens} tokens ({len(prompt_token_ids)} in the prompt, "
-                f"{params.max_tokens} for the completion). Reduce the prompt or max_tokens.", param="max_tokens")
-        return list(prompt_token_ids), truncated
+        return check_prompt(prompt_token_ids, params, self.model_config.vocab_size, self.max_model_len)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
                     arrival_time: float | None = None) -> None:
@@ -195,21 +177,29 @@ class LLMEngine:
         """One engine iteration. Returns an update for every request that changed."""
         self.last_step_error, self.last_step_ran_model = None, False
         self._apply_aborts_and_deadlines()
-        out = self.scheduler.schedule()
+        out = self.scheduler.schedule(self._propose if self.speculator.num_tokens else None)
         if out.scheduled:
             self.last_step_ran_model = True
             self._run(out)
         return self._collect_updates()
 
+    def _propose(self, seq: Sequence, k_max: int) -> list[int]:
+        state = next(s for s in self.requests[seq.request_id].seqs if s.seq is seq)
+        return self.speculator.propose(state, k_max)
+
     def _run(self, out) -> None:
         states = {s.seq.seq_id: s for r in self.requests.values() for s in r.seqs}
         rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.seq.num_computed_tokens,
-                         sch.seq.num_computed_tokens + sch.num_new_tokens, sch.samples) for sch in out.scheduled]
-        sampled = [states[sch.seq.seq_id] for sch in out.scheduled if sch.samples]
+                         sch.seq.num_computed_tokens + sch.num_new_tokens, sch.samples, sch.draft_token_ids)
+                for sch in out.scheduled]
+        runs = [sch for sch in out.scheduled if sch.samples]
+        sampled = [states[sch.seq.seq_id] for sch in runs]
+        heads = run_heads(runs)
         try:
-            logits = self.runner.execute(rows)
+            logits = self.runner.execute(rows)   # 1 + k rows per run: its last token's, then each draft's
             grammar = self._grammar_mask(sampled)
-            result = self.sampler(logits, [s.sampling_row() for s in sampled], grammar) if sampled else None
+            head = logits if len(heads) == logits.shape[0] else logits[heads]
+            result = self.sampler(head, [s.sampling_row() for s in sampled], grammar) if sampled else None
         except Exception as e:  # a failed step ends exactly the sequences in it (SPEC §2, system layer)
             log.exception("engine step failed")
             self.last_step_error = e
@@ -226,6 +216,13 @@ class LLMEngine:
                                                 "no token here (nothing can continue the structure)"))
                 continue
             termination = state.on_token(result.token_ids[i], result.logprobs[i])
+            if drafts := runs[i].draft_token_ids:
+                more, accepted = self.speculator.accept(state, drafts, result.token_ids[i],
+                                                        logits[heads[i] + 1: heads[i] + 1 + len(drafts)],
+                                                        self.sampler, ended=termination is not None)
+                termination = termination or more
+                if termination is None:
+                    self.scheduler.after_drafts(state.seq, accepted)
             self.requests[state.seq.request_id].dirty = True
             if termination is not None:
                 self._finish(state, termination)
@@ -279,7 +276,9 @@ class LLMEngine:
     def stats(self) -> EngineStats:
         a = self.allocator
         return EngineStats(self.scheduler.num_running, self.scheduler.num_waiting, a.num_used_blocks, a.num_blocks,
-                           a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits)
+                           a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits,
+                           spec_draft_tokens=self.speculator.num_drafted,
+                           spec_accepted_tokens=self.speculator.num_accepted)
 
     def describe(self) -> str:
         full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size

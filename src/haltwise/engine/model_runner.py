@@ -1,7 +1,7 @@
 """Turns a scheduled batch into tensors, runs the model, returns last-position logits. No policy here."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
@@ -17,6 +17,13 @@ class BatchRow:
     start: int                  # = num_computed_tokens before this step
     end: int                    # = start + num_new_tokens
     sample: bool                # True when end == len(token_ids): the last row's logits are wanted
+    # Speculative drafts computed after token_ids[start:end] at positions end.. (sample is then True):
+    # logits come back for the last position and every draft position (engine/speculation.py).
+    draft_token_ids: list[int] = field(default_factory=list)
+
+    @property
+    def num_logits(self) -> int:
+        return 1 + len(self.draft_token_ids) if self.sample else 0
 
 
 class ModelRunner:
@@ -29,7 +36,7 @@ class ModelRunner:
 
     @torch.inference_mode()
     def execute(self, rows: list[BatchRow]) -> torch.Tensor:
-        """Returns (S, vocab) float32 logits for the rows with sample=True, in order."""
+        """Returns (S, vocab) float32 logits: num_logits rows per row with sample=True, in order."""
         bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
@@ -37,18 +44,18 @@ class ModelRunner:
         starts = [0]
         logits_rows: list[int] = []
         for row in rows:
-            input_ids += row.token_ids[row.start: row.end]
-            positions += range(row.start, row.end)
-            slots += [row.block_table[p // bs] * bs + p % bs for p in range(row.start, row.end)]
+            end = row.end + len(row.draft_token_ids)
+            input_ids += row.token_ids[row.start: row.end] + row.draft_token_ids
+            positions += range(row.start, end)
+            slots += [row.block_table[p // bs] * bs + p % bs for p in range(row.start, end)]
             starts.append(len(input_ids))
-            if row.sample:
-                logits_rows.append(len(input_ids) - 1)
+            logits_rows += range(len(input_ids) - row.num_logits, len(input_ids))
         width = max(len(r.block_table) for r in rows)
         tables = torch.tensor([r.block_table + [0] * (width - len(r.block_table)) for r in rows], dtype=torch.long)
         meta = AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long),
             query_start_loc=starts,
-            seq_lens=[r.end for r in rows],
+            seq_lens=[r.end + len(r.draft_token_ids) for r in rows],
             block_tables=tables,
             block_size=bs,
             rope_seq_lens=[len(r.token_ids) for r in rows],  # dynamic rope: scaled for the whole known sequence

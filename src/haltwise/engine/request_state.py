@@ -7,6 +7,7 @@ import torch
 
 from haltwise.engine.sampler import SamplingRow
 from haltwise.engine.sequence import Sequence
+from haltwise.engine.speculation import PromptLookup
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from haltwise.stopping.reasoning import ReasoningSection, Role
 from haltwise.stopping.sequence_stopper import SequenceStopper
@@ -33,6 +34,7 @@ class SeqOutputState:
     matcher: Matcher | None = None       # the grammar position, when the request asks for a structure
     reasoning: ReasoningSection | None = None   # a think section split from the answer (stopping/reasoning.py)
     reasoning_detokenizer: IncrementalDetokenizer | None = None
+    lookup: PromptLookup | None = None   # n-gram index for speculative drafts, built at the first proposal
 
     def sampling_row(self) -> SamplingRow:
         forced = self.reasoning.forced_token_id if self.reasoning is not None else None
@@ -126,7 +128,8 @@ class SeqOutputState:
             logprobs=list(self.logprobs) if self.logprobs is not None else None,
             delta_logprobs=self.logprobs[len(self.logprobs) - len(out.delta_token_ids):] if self.logprobs is not None else None,
             reasoning_text=out.reasoning_text, delta_reasoning_text=out.delta_reasoning_text,
-            num_reasoning_tokens=out.num_reasoning_tokens,
+            num_reasoning_tokens=out.num_reasoning_tokens, num_draft_tokens=self.seq.num_draft_tokens,
+            num_accepted_draft_tokens=self.seq.num_accepted_draft_tokens,
         )
         out.delta_text, out.delta_token_ids, out.delta_reasoning_text = "", [], ""
         return snapshot

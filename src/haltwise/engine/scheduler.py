@@ -6,6 +6,8 @@ Each step spends a token budget (max_num_batched_tokens) over at most max_num_se
     2. running prefills  (chunks of min(remaining, budget)) -- long prompts, recomputation after preemption
     3. waiting sequences (round-robin across requests, engine/fairness.py; start while blocks and the
        watermark allow; first chunk this step)
+    4. speculative drafts for the decodes of step 1 (engine/speculation.py), from the budget and free
+       blocks left: drafts never preempt, delay or displace any sequence; short of either, none this step
 
 A step that needs a block when none is free preempts the most recently admitted running sequence:
 its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of the waiting queue
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from haltwise.config import EngineConfig
@@ -41,6 +44,9 @@ class ScheduledSeq:
     num_new_tokens: int
     start: int = field(init=False)     # seq.num_computed_tokens when scheduled
     samples: bool = field(init=False)  # this chunk reaches the end of the sequence -> sample a token
+    # Speculative drafts verified after the chunk (positions start + num_new_tokens ..); not counted in
+    # num_new_tokens: only accepted ones become computed (Scheduler.after_drafts).
+    draft_token_ids: list[int] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.start = self.seq.num_computed_tokens
@@ -153,8 +159,9 @@ class Scheduler:
             self._waiting.remove(seq)
 
     # ---- the step -----------------------------------------------------------------------------
-    def schedule(self) -> SchedulerOutput:
-        """Choose this step's tokens: running decodes, then running prefill chunks, then new starts."""
+    def schedule(self, propose: Callable[[Sequence, int], list[int]] | None = None) -> SchedulerOutput:
+        """Choose this step's tokens: running decodes, then running prefill chunks, then new starts, then
+        drafts: propose(seq, k_max) gives at most k_max draft tokens for a scheduled decode."""
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
@@ -195,7 +202,41 @@ class Scheduler:
         if self._waiting and budget > 0:
             budget = self._start_waiting(scheduled, preempted, budget)
 
-        return SchedulerOutput(scheduled, preempted, sum(s.num_new_tokens for s in scheduled))
+        # 4. Drafts, last: from what the others left (module docstring).
+        if propose is not None:
+            self._add_drafts(scheduled, budget, propose)
+        return SchedulerOutput(scheduled, preempted,
+                               sum(s.num_new_tokens + len(s.draft_token_ids) for s in scheduled))
+
+    def _add_drafts(self, scheduled: list[ScheduledSeq], budget: int,
+                    propose: Callable[[Sequence, int], list[int]]) -> None:
+        """A run of 1 + k tokens appends at most k + 1 tokens: k stays below what max_tokens and the
+        context window still allow, so a run never overruns either."""
+        for s in scheduled:
+            if budget <= 0:
+                return
+            if not s.is_decode:
+                continue
+            seq = s.seq
+            left = seq.max_total_tokens - seq.num_tokens
+            if seq.params.max_tokens is not None:
+                left = min(left, seq.params.max_tokens - seq.num_output_tokens)
+            room = (len(seq.block_table) + self.allocator.num_free_blocks) * self.allocator.block_size
+            k_max = min(budget, left - 1, room - seq.num_tokens)   # free blocks only: nobody is preempted
+            drafts = propose(seq, k_max)[:k_max] if k_max > 0 else []
+            if drafts and self.allocator.ensure_slots(seq, seq.num_tokens + len(drafts)):
+                s.draft_token_ids = drafts
+                budget -= len(drafts)
+
+    def after_drafts(self, seq: Sequence, num_accepted: int) -> None:
+        """After a verified run appended its tokens: the accepted drafts' KV is computed, the rejected
+        positions' is not (it is overwritten later), and blocks past the sequence's length go back."""
+        if seq.status != SequenceStatus.RUNNING:
+            return
+        seq.num_computed_tokens += num_accepted
+        assert seq.num_computed_tokens == seq.num_tokens - 1, "a verified run leaves one token to compute"
+        self.allocator.on_computed(seq)
+        self.allocator.trim(seq, seq.num_tokens)
 
     def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int) -> int:
         """Start waiting sequences in FairStarts order while budget, slots and blocks allow; returns the budget left.

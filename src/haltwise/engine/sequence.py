@@ -42,6 +42,8 @@ class Sequence:
     num_preemptions: int = 0
     first_token_time: float | None = None
     finish_time: float | None = None
+    num_draft_tokens: int = 0             # speculative drafts verified for this sequence (engine/speculation.py)
+    num_accepted_draft_tokens: int = 0    # of which accepted
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -44,6 +44,10 @@ class _EngineStatsCollector(Collector):
                                   value=value("preemptions_total"))
         yield CounterMetricFamily("haltwise_prefix_cache_hit_tokens", "Prompt tokens served from the prefix cache.",
                                   value=value("prefix_cache_hit_tokens"))
+        yield CounterMetricFamily("haltwise_spec_draft_tokens", "Speculative draft tokens verified.",
+                                  value=value("spec_draft_tokens"))
+        yield CounterMetricFamily("haltwise_spec_accepted_tokens", "Speculative draft tokens accepted.",
+                                  value=value("spec_accepted_tokens"))
 
 
 class ServerMetrics:

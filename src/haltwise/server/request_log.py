@@ -72,6 +72,8 @@ class RequestRecorder:
             self.metrics.finish(o.finish_reason, reason)
             choice: dict[str, Any] = {"index": o.index, "finish_reason": o.finish_reason,
                                       "stop_reason": o.stop_reason, "completion_tokens": len(o.token_ids)}
+            if o.num_draft_tokens:   # speculative decoding (engine/speculation.py): drafts verified, accepted
+                choice.update(draft_tokens=o.num_draft_tokens, accepted_draft_tokens=o.num_accepted_draft_tokens)
             choice.update(t.to_dict() if t is not None else {"reason": "cancelled"})
             if self.log_content:
                 choice["output"] = o.text

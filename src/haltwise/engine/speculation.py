@@ -1,0 +1,148 @@
+"""Exact speculative decoding by prompt lookup (n-gram drafts), verified in the decode step itself.
+
+Drafts. A running decode sequence whose last n tokens (n = MAX_NGRAM down to MIN_NGRAM) occurred earlier
+in its prompt + output proposes the up-to-K tokens that followed the most recent such occurrence
+(PromptLookup: an incremental index, O(MAX_NGRAM) work per new token, none per lookup beyond a dict get).
+
+Verification. The scheduler gives such a sequence 1 + k new positions (its last token and k drafts, like
+a chunk; drafts come last, from what budget and free blocks remain after every other sequence: they never
+preempt or delay anyone). The runner returns logits at all 1 + k positions. On the default path every step
+runs the batch-invariant native layer stack, so a position's logits do not depend on the chunk it came in
+(tests/engine/test_speculation_real.py checks them against single-token decode, bit for bit).
+
+Acceptance (Speculator.accept). Position 0 is sampled as any decode would sample it. While the token
+sampled at position j equals draft j, position j + 1 is sampled next -- with the sequence's own sampling
+row, which now includes the accepted tokens (penalties, min_tokens bans), and its own generator. The first
+token that differs from its draft is kept and the draws stop. Each kept token is exactly the token
+non-speculative decoding samples at that position from the same logits with the same generator state, so
+the output is IDENTICAL to decoding without speculation, greedy or seeded; for a point-mass draft this is
+also the optimal acceptance rule (draft j is accepted with probability p(draft j)). Every kept token goes
+through SeqOutputState.on_token one at a time: the first termination ends the run there.
+
+Not speculated (decoded one token a step as before): grammar-constrained sequences and sequences with a
+reasoning section; nothing at all off the default path or with dynamic RoPE (speculation_unsupported).
+
+KV. Rejected positions' KV is never counted as computed: after acceptance num_computed_tokens = num_tokens
+- 1 as after any decode, blocks beyond the sequence's length are returned (BlockAllocator.trim), and only
+full, computed blocks are hashed into the prefix cache, so no block holding unverified draft KV is shared.
+"""
+from __future__ import annotations
+
+import torch
+
+from haltwise.engine.sampler import Sampler
+from haltwise.outputs import TokenLogprob
+from haltwise.stopping.termination import Reason, Termination
+
+MAX_NGRAM = 3   # the longest suffix looked up
+MIN_NGRAM = 2   # the shortest (1-token matches propose mostly wrong drafts in plain chat: they cost a step)
+
+
+def speculation_unsupported(config, model) -> str:
+    """Why this engine cannot speculate exactly, or "" when it can.
+
+    Exact means a verified position's logits are bit for bit those of a single-token decode: true where
+    every step runs the batch-invariant native stack (the default path); elsewhere (--dtype float32 or
+    bfloat16, --nondeterministic-kernels) a chunk rounds differently from a single row, which may flip a
+    near-tie. Dynamic RoPE scales its tables with the known length, which drafts would change.
+    """
+    native = getattr(getattr(model, "model", None), "native_decode", None)
+    if native is None or not native.every_step:
+        return "the steps are not batch invariant (only the default path, --dtype auto, is)"
+    scaling = config.rope_scaling or {}
+    if (scaling.get("rope_type") or scaling.get("type")) == "dynamic":
+        return "dynamic RoPE scaling"
+    return ""
+
+
+def run_heads(runs) -> list[int]:
+    """Index of each sampled ScheduledSeq's first logits row: a run of k drafts has 1 + k rows."""
+    heads, row = [], 0
+    for sch in runs:
+        heads.append(row)
+        row += 1 + len(sch.draft_token_ids)
+    return heads
+
+
+class PromptLookup:
+    """Where each n-gram (MIN_NGRAM..MAX_NGRAM) last occurred with a token after it.
+
+    _last[(n-gram)] = e: tokens[e - n : e] is that n-gram's most recent occurrence followed by tokens[e]
+    (e < len(tokens)). The sequence's own current suffix is indexed only once a token follows it, so a
+    lookup never finds itself. Tokens are only ever appended (truncation happens when a sequence ends).
+    """
+
+    def __init__(self) -> None:
+        self._last: dict[tuple[int, ...], int] = {}
+        self._indexed = 1   # positions e < _indexed have been indexed (e = 0 has no n-gram before it)
+
+    def propose(self, tokens: list[int], k: int) -> list[int]:
+        """The k tokens that followed the most recent earlier occurrence of the longest matching suffix
+        (n = MAX_NGRAM down to MIN_NGRAM), or [] when none occurred."""
+        if k <= 0:
+            return []
+        for e in range(self._indexed, len(tokens)):   # index the n-grams that now have a follower
+            for n in range(MIN_NGRAM, min(MAX_NGRAM, e) + 1):
+                self._last[tuple(tokens[e - n:e])] = e
+        self._indexed = max(self._indexed, len(tokens))
+        for n in range(min(MAX_NGRAM, len(tokens)), MIN_NGRAM - 1, -1):
+            e = self._last.get(tuple(tokens[len(tokens) - n:]))
+            if e is not None:
+                # The continuation may run into the end of tokens: it then repeats with period
+                # len(tokens) - e (an overlapping copy, as in LZ77), so a loop drafts k tokens, not 1.
+                drafts: list[int] = []
+                for j in range(e, e + k):
+                    drafts.append(tokens[j] if j < len(tokens) else drafts[j - len(tokens)])
+                return drafts
+        return []
+
+
+class Speculator:
+    """Proposes drafts for the sequences that may speculate and accepts verified runs (module docstring)."""
+
+    def __init__(self, num_tokens: int):
+        self.num_tokens = num_tokens   # K: drafts per step at most, 0 = off
+        self.num_drafted = 0    # draft tokens verified, since start
+        self.num_accepted = 0   # draft tokens accepted, since start
+
+    def propose(self, state, k_max: int) -> list[int]:
+        """Drafts for one running decode sequence (state: SeqOutputState); k_max: what budget, max_tokens
+        and the context window allow (the scheduler's bound)."""
+        k = min(self.num_tokens, k_max)
+        if k <= 0 or state.matcher is not None or state.reasoning is not None:
+            return []
+        if state.lookup is None:
+            state.lookup = PromptLookup()
+        return state.lookup.propose(state.seq.token_ids, k)
+
+    def accept(self, state, drafts: list[int], first: int, logits: torch.Tensor, sampler: Sampler,
+               ended: bool = False) -> tuple[Termination | None, int]:
+        """Continue a verified run after position 0 sampled `first` (already given to state.on_token;
+        ended: that token ended the sequence, so nothing more is drawn).
+
+        logits: (k, V), row j the logits after draft j (position j + 1 of the run). Returns (the first
+        termination or None, the number of drafts accepted); without a termination that is also the number
+        of tokens appended here, and the KV of positions 0..accepted of the run is valid.
+        """
+        termination, accepted, token = None, 0, first
+        for j, draft in enumerate(drafts):
+            if ended or token != draft:
+                break
+            accepted += 1
+            result = sampler(logits[j:j + 1], [state.sampling_row()])
+            if not result.finite[0]:
+                termination = Termination(Reason.ERROR, "model produced NaN/Inf logits")
+                break
+            token = result.token_ids[0]
+            termination = state.on_token(token, _first(result.logprobs))
+            if termination is not None:
+                break
+        self.num_drafted += len(drafts)
+        self.num_accepted += accepted
+        state.seq.num_draft_tokens += len(drafts)
+        state.seq.num_accepted_draft_tokens += accepted
+        return termination, accepted
+
+
+def _first(logprobs: list[TokenLogprob | None]) -> TokenLogprob | None:
+    return logprobs[0]
