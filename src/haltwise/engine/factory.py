@@ -92,7 +92,7 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, token
     every step under the batch-invariant default, decode-only steps otherwise."""
     start = time.perf_counter()
     native_kernels.load()    # build or load the extension now, never inside a step (the watchdog would fire)
-    calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:CALIBRATION_TOKENS]
+    calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:min(CALIBRATION_TOKENS, model.max_model_len)]
     plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant,
                               calibrate=lambda planned: capture_inputs(planned, calibration))
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
