@@ -7,6 +7,7 @@
                --grammar: the grammar mask's cost against the default decode step at 1 and 32 rows
   neighbour    decode quiet vs beside busy processes, same run (bench/neighbour.py)
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
+  kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records (bench/kernel_shapes.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -24,6 +25,7 @@ PROGRAMS = {
                                                           "(--grammar: mask cost vs the default decode step)"),
     "neighbour": ("haltwise.bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
     "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
+    "kernels": ("haltwise.bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records"),
 }
 
 
