@@ -61,7 +61,7 @@ def assert_fast_path(engine):
 
 @pytest.mark.slow
 @pytest.mark.timeout(2400)     # a first start measures the plan; on a busy 2-core host that alone takes minutes
-@pytest.mark.parametrize("name", ["smollm2-135m", "qwen2.5-coder-0.5b"])
+@pytest.mark.parametrize("name", ["smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m"])   # Q4_1; Q5_0 + Q4_K + Q6_K X8 records
 def test_default_path_same_request_same_tokens(name):
     model = None if name == "smollm2-135m" else str(real_model_path(name))
     tokens = 32 if name == "smollm2-135m" else 16

@@ -9,6 +9,7 @@
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
   spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
+  kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records (bench/kernel_shapes.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -28,6 +29,7 @@ PROGRAMS = {
     "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise.bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
     "spec": ("haltwise.bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
+    "kernels": ("haltwise.bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records"),
 }
 
 

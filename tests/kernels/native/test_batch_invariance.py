@@ -13,6 +13,7 @@ from gguf import GGMLQuantizationType as Q
 from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import GGUFNative
 from haltwise.kernels.formats import LinearSource, GGUFShard
+from haltwise.kernels.native.repack import X8, repack_x8
 from tests.kernels.native.blocks import BLOCK, random_blocks
 
 ROW_COUNTS = (1, 2, 3, 4, 5, 7, 8, 9, 16, 33, 64, 257)
@@ -55,8 +56,29 @@ def test_block_kernels_are_batch_invariant(native, qtype):
     source = LinearSource("w", torch.from_numpy(values), gguf=[GGUFShard(qtype, data, n)])
     fmt = GGUFNative()
     prepared = fmt.prepare(source)
+    assert prepared.qtypes == [X8.get(qtype, int(qtype))]      # the row-interleaved kernels where they exist
     for isa in native.isas():
         _assert_rows_invariant(lambda x: native.gemm(prepared.weights, prepared.qtypes, prepared.rows, x, isa), k)
+
+
+@pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
+def test_interleaved_row_bits_do_not_depend_on_its_lane(native, qtype):
+    """An X8 record computes all 8 rows of a group side by side: a weight row gives the same bits in every
+    lane (rows shifted down by 0..7 others) and whether its group is full or ragged."""
+    per_block = BLOCK[qtype][0]
+    k, n = 2 * max(per_block, 64), 13
+    rng = np.random.default_rng(100 + int(qtype))
+    data, _ = random_blocks(qtype, n, k, rng)
+    padding, _ = random_blocks(qtype, 7, k, rng)
+    x = _activations(6, k)
+    for isa in native.isas():
+        outputs = []
+        for shift in range(8):
+            packed, code = repack_x8(np.concatenate([padding[:shift], data]), qtype)
+            y = native.gemm([torch.from_numpy(packed)], [code], [shift + n], x, isa)
+            outputs.append(y[:, shift:])
+        for shift, y in enumerate(outputs):
+            assert torch.equal(y, outputs[0]), f"{isa}: rows shifted by {shift} lanes"
 
 
 def test_dense_kernel_is_batch_invariant(native):

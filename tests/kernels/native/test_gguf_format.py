@@ -10,7 +10,7 @@ from gguf import GGMLQuantizationType as Q
 from haltwise.models.gguf_file import GGUFFile
 
 from haltwise.kernels.formats import GGUFShard, LinearSource, Unsupported, all_formats
-from haltwise.kernels.gguf_blocks import linear_shards
+from haltwise.kernels.gguf_blocks import block_rows, linear_shards
 from haltwise.kernels.host import probe
 from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import GGUFNative, prepare_blocks
@@ -82,3 +82,46 @@ def test_failed_build_excludes_the_format_with_its_reason(tmp_path, monkeypatch)
     assert build.load() is None
     reason = FORMAT.unavailable(probe())
     assert reason is not None and "failed to build" in reason
+
+
+@pytest.fixture(scope="module")
+def qwen_k_quant_sources() -> dict[Q, LinearSource]:
+    """Real Qwen2.5-Coder-0.5B Q4_K_M down projections (896 x 4864): the first Q4_K and the first Q6_K layer."""
+    from gguf import quants
+
+    from tests.models.real_models import real_model_path
+
+    found: dict[Q, LinearSource] = {}
+    for t in GGUFReader(real_model_path("qwen2.5-coder-0.5b")).tensors:
+        qtype = Q(t.tensor_type)
+        if t.name.endswith("ffn_down.weight") and qtype in (Q.Q4_K, Q.Q6_K) and qtype not in found:
+            rows, cols = int(t.shape[1]), int(t.shape[0])
+            data = np.array(block_rows(t, rows))
+            weight = torch.from_numpy(quants.dequantize(data, qtype).reshape(rows, cols).astype(np.float32))
+            found[qtype] = LinearSource(t.name, weight, None, [GGUFShard(qtype, data, rows)])
+    return found
+
+
+@needs_native
+def test_real_k_quants_run_interleaved_within_their_bound(qwen_k_quant_sources) -> None:
+    """Qwen's Q4_K and Q6_K weights are prepared as X8 records (repack.py), pass the plan's check, keep
+    every output within the format's error bound at 1 and 32 rows (activations with an outlier channel),
+    and agree with the plain per-row kernels to float rounding, on every ISA path this CPU runs."""
+    from haltwise.kernels.native.repack import X8
+
+    native = build.load()
+    for qtype, source in qwen_k_quant_sources.items():
+        prepared = FORMAT.prepare(source)
+        assert prepared.qtypes == [X8[qtype]], source.name
+        assert check(FORMAT, prepared, source) is None, source.name
+        plain = prepare_blocks(source, interleave=False)
+        for rows in (1, 32):
+            x = torch.randn(rows, source.shape[1], generator=torch.Generator().manual_seed(rows))
+            x[:, 11] *= 30.0
+            ref = F.linear(x, source.weight)
+            bound = FORMAT.error_bound(x, source.weight, x.abs() @ source.weight.abs().T)
+            for isa in native.isas():
+                y = native.gemm(prepared.weights, prepared.qtypes, prepared.rows, x, isa)
+                assert bool(((y - ref).abs() <= bound).all()), f"{source.name} {isa} {rows} rows"
+                y_plain = native.gemm(plain.weights, plain.qtypes, plain.rows, x, isa)
+                assert ((y - y_plain).abs().max() / y_plain.abs().max()).item() < 1e-5, f"{source.name} {isa}"

@@ -129,9 +129,10 @@ def test_interleaved_records_match(qtype: Q, isa: str, shard_rows: list[int], m:
     written) and any thread split (tasks cut shards at multiples of 8)."""
     _isa_or_skip(isa)
     rng = np.random.default_rng(seed)
-    parts = [random_blocks(qtype, n, 96, rng) for n in shard_rows]
+    cols = 3 * BLOCK[qtype][0] if BLOCK[qtype][0] == 32 else 2 * BLOCK[qtype][0]
+    parts = [random_blocks(qtype, n, cols, rng) for n in shard_rows]
     packed = [repack_x8(d, qtype) for d, _ in parts]
-    x = rng.standard_normal((m, 96)).astype(np.float32)
+    x = rng.standard_normal((m, cols)).astype(np.float32)
     before = torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -142,3 +143,21 @@ def test_interleaved_records_match(qtype: Q, isa: str, shard_rows: list[int], m:
     w = np.concatenate([v for _, v in parts])
     assert y.shape == (m, sum(shard_rows))
     assert _relative(y, quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)) < 1e-5
+
+
+@pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
+@settings(max_examples=10, deadline=None)
+@given(rows=st.integers(1, 40), blocks=st.integers(1, 3), m=st.integers(1, 9), seed=st.integers(0, 2**31))
+def test_interleaved_records_match_the_row_kernels(qtype: Q, rows: int, blocks: int, m: int, seed: int) -> None:
+    """Random blocks -> X8 records: every ISA path this CPU runs gives the numbers of the portable per-row
+    kernel on the plain blocks (same integer sums; only float rounding order may differ)."""
+    rng = np.random.default_rng(seed)
+    cols = blocks * BLOCK[qtype][0]
+    data, _ = random_blocks(qtype, rows, cols, rng)
+    packed, code = repack_x8(data, qtype)
+    x = torch.from_numpy(rng.standard_normal((m, cols)).astype(np.float32))
+    x[:, 0] *= 30.0                                     # an outlier channel
+    reference = native.gemm([torch.from_numpy(data)], [int(qtype)], [rows], x, "scalar").numpy()
+    for isa in native.isas():
+        y = native.gemm([torch.from_numpy(packed)], [code], [rows], x, isa).numpy()
+        assert _relative(y, reference) < 1e-5, isa

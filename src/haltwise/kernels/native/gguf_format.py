@@ -38,7 +38,8 @@ class PreparedBlocks:
 
 def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlocks:
     """Shards -> contiguous uint8 tensors; neighbouring shards of one qtype are merged (one kernel run),
-    and Q4_0/Q4_1/Q8_0 runs regrouped 8 rows at a time (repack.py) unless interleave is False."""
+    and every run of a type with X8 records (all SUPPORTED types) regrouped 8 rows at a time (repack.py)
+    unless interleave is False."""
     if not source.gguf:
         raise Unsupported("no raw GGUF blocks for this weight (not loaded from a GGUF file)")
     out_features, in_features = source.shape
@@ -69,7 +70,7 @@ def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlo
 class GGUFNative(LinearFormat):
     """Raw GGUF blocks x q8 activations, AVX2 or portable kernels picked from what the CPU reports."""
 
-    name, tolerance, exact, version = "gguf-q8-native", TOLERANCE, False, 3   # 3: -ffp-contract=off
+    name, tolerance, exact, version = "gguf-q8-native", TOLERANCE, False, 4   # 4: Q4_K / Q6_K X8 records
     batch_invariant = True
 
     def error_bound(self, x: torch.Tensor, weight: torch.Tensor, abs_dot: torch.Tensor) -> torch.Tensor:

@@ -360,7 +360,7 @@ void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int
 const KernelTable& avx2_kernels() {
   static const KernelTable table = {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
-      rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>,
+      rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>, q4_kx8_rows_avx2, q6_kx8_rows_avx2,
       {rms_norm_rows_impl, rope_rows_impl, attend_impl, store_kv_impl, gated_rows_impl, dense_rows_impl},
   };
   return table;

@@ -36,6 +36,8 @@ RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
     case Q4_1X8: k = t.q4_1x8; fallback = s.q4_1x8; break;
     case Q8_0X8: k = t.q8_0x8; fallback = s.q8_0x8; break;
     case Q5_0X8: k = t.q5_0x8; fallback = s.q5_0x8; break;
+    case Q4_KX8: k = t.q4_kx8; fallback = s.q4_kx8; break;
+    case Q6_KX8: k = t.q6_kx8; fallback = s.q6_kx8; break;
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
   return k ? k : fallback;
@@ -54,6 +56,8 @@ std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
     case Q4_1X8: return {32, 160};
     case Q8_0X8: return {32, 272};
     case Q5_0X8: return {32, 176};
+    case Q4_KX8: return {256, 1184};
+    case Q6_KX8: return {256, 1680};
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
 }

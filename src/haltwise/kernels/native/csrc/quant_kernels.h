@@ -21,7 +21,14 @@ enum QType : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 
 // qs[j][r][t] is byte 4j + t of row r's original block (Q4: low nibble = input 4j + t, high nibble =
 // input 16 + 4j + t; Q8_0: input 4j + t). The weight tensor is (groups, blocks * record); a kernel's
 // row range [n0, n1) starts on a multiple of 8 and may end mid-group (the rest of it is padding).
-enum QTypeX8 : int { Q4_0X8 = 1002, Q4_1X8 = 1003, Q5_0X8 = 1006, Q8_0X8 = 1008 };
+// K-quants, per group and block of 256 inputs (sub-block j = inputs 32j..32j+31):
+//     Q4_KX8: d[8] f16 | dmin[8] f16 | sc[8 j][8] u8 | mn[8 j][8] u8 | qs[4 c][8 s][8][4]      (1184 bytes)
+//     Q6_KX8: d[8] f16 | sc[16][8] i8 | ql[4 c][8 s][8][4] | qh[2 h][8 s][8][4]           (1680 bytes)
+// x[c][s][r][t] is byte 32c + 4s + t of row r's original qs / ql / qh. Q4_K: chunk c's low nibbles are
+// sub-block 2c, its high nibbles 2c + 1 (sc, mn unpacked from the 12 packed bytes). Q6_K: sub-block
+// j = 4h + u takes its low 4 bits from ql chunk 2h + u % 2 (nibble u / 2), its high 2 from qh half h
+// (bits 2u, 2u + 1), and scale 2j + e for its inputs 16e..16e+15 (ggml's layout, moved).
+enum QTypeX8 : int { Q4_0X8 = 1002, Q4_1X8 = 1003, Q5_0X8 = 1006, Q8_0X8 = 1008, Q4_KX8 = 1012, Q6_KX8 = 1014 };
 
 constexpr int QK = 32;  // activation block: 32 inputs share one int8 scale (llama.cpp's q8 activations)
 
@@ -73,9 +80,22 @@ struct KernelTable {
   const char* isa;
   QuantizeKernel quantize;
   RowsKernel q4_0, q4_1, q5_0, q8_0, q4_k, q6_k;
-  RowsKernel q4_0x8, q4_1x8, q8_0x8, q5_0x8;
+  RowsKernel q4_0x8, q4_1x8, q8_0x8, q5_0x8, q4_kx8, q6_kx8;
   MathKernels math;
 };
+
+// The K-quant row-interleaved kernels (kernels_kx8_scalar.cpp; kernels_kx8_avx2.cpp, called only where
+// the CPU reports avx2, fma and f16c), RowsKernel's contract.
+void q4_kx8_rows_scalar(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                        int64_t n1);
+void q6_kx8_rows_scalar(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                        int64_t n1);
+#if defined(__x86_64__)
+void q4_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q6_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+#endif
 
 const KernelTable& scalar_kernels();
 #if defined(__x86_64__)

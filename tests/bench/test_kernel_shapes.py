@@ -1,0 +1,27 @@
+"""`haltwise bench kernels` on the real SmolLM2 GGUF: every quantized tensor kind is timed in both layouts,
+counted, and the shares of the step add up."""
+import argparse
+import re
+
+from haltwise.bench import kernel_shapes
+from haltwise.models.loader import default_model_path
+
+
+def test_every_tensor_kind_is_timed_in_both_layouts(capsys):
+    path = default_model_path()
+    sources, counts = kernel_shapes._sources(path)
+    assert {s.name for s in sources} == set(counts)
+    assert counts["blk.ffn_down.weight:Q4_1"] == 30                     # one per layer
+    assert [k for k in counts if k.startswith("token_embd")] == ["token_embd.weight:Q8_0"]   # tied lm_head, once
+    assert counts["token_embd.weight:Q8_0"] == 1
+    parser = argparse.ArgumentParser()
+    kernel_shapes.add_arguments(parser)
+    assert kernel_shapes.run(parser.parse_args(["--model", str(path), "--rows", "1,3", "--calls", "2"])) == 0
+    out = capsys.readouterr().out
+    for name in counts:
+        row = next(line for line in out.splitlines() if line.startswith(name))
+        assert len(re.findall(r"\(\d+\.\d+x\)", row)) == 2, row        # plain / X8 ratio at 1 and 3 rows
+    for rows in (1, 3):
+        line = next(line for line in out.splitlines() if line.startswith(f"share of the step's linear time at {rows} rows"))
+        shares = [int(p) for p in re.findall(r" (\d+)%", line)]
+        assert len(shares) == len(counts) and 95 <= sum(shares) <= 105, line
