@@ -138,7 +138,9 @@ def run(args: argparse.Namespace) -> int:
 
     dtype = args.dtype or ("auto" if args.grammar else "float32")
     print(f"loading the model ({dtype})...", file=sys.stderr)
-    engine = build_engine(engine_config=EngineConfig(dtype=dtype), tiny=args.tiny)
+    # Single-token decode steps on both sides: grammar rows are never speculated, so speculation would
+    # give the plain run fewer, wider steps and the comparison would no longer be per step.
+    engine = build_engine(engine_config=EngineConfig(dtype=dtype, speculative_tokens=0), tiny=args.tiny)
     if args.grammar:
         rows = [int(x) for x in args.rows.split(",")]
         per_rows = compare_grammar(engine, rows, args.stops, args.tokens, args.rounds)
