@@ -17,12 +17,12 @@ import time
 import numpy as np
 import torch
 from gguf import GGMLQuantizationType as Q
-from gguf import GGUFReader
 
 from haltwise.kernels.formats import GGUFShard, LinearSource
 from haltwise.kernels.gguf_blocks import block_rows
 from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import SUPPORTED, prepare_blocks
+from haltwise.models.gguf_file import GGUFFile
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -35,7 +35,7 @@ def _sources(path) -> tuple[list[LinearSource], dict[str, int]]:
     """(the first source of each tensor kind and type, kind:type -> how many tensors there are)."""
     counts: dict[str, int] = {}
     out = []
-    for t in GGUFReader(path).tensors:
+    for t in GGUFFile(path).tensors:
         qtype = Q(t.tensor_type)
         kind = ".".join(p for p in t.name.split(".") if not p.isdigit())
         if len(t.shape) != 2 or qtype not in SUPPORTED:

@@ -92,7 +92,7 @@ def qwen_k_quant_sources() -> dict[Q, LinearSource]:
     from tests.models.real_models import real_model_path
 
     found: dict[Q, LinearSource] = {}
-    for t in GGUFReader(real_model_path("qwen2.5-coder-0.5b")).tensors:
+    for t in GGUFFile(real_model_path("qwen2.5-coder-0.5b")).tensors:
         qtype = Q(t.tensor_type)
         if t.name.endswith("ffn_down.weight") and qtype in (Q.Q4_K, Q.Q6_K) and qtype not in found:
             rows, cols = int(t.shape[1]), int(t.shape[0])
