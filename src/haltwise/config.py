@@ -56,11 +56,15 @@ class ModelConfig:
         return (self.sliding_window is not None and self.layer_types is not None
                 and self.layer_types[layer] == "sliding_attention")
 
-    def kv_bytes_per_token(self, dtype: str) -> int:
-        """2 (K and V) x layers x kv_heads x the bytes of one stored row (head_dim values; int8 adds a
-        float32 scale per row: models/kv_codec.py)."""
+    @property
+    def num_sliding_layers(self) -> int:
+        return sum(self.is_sliding(i) for i in range(self.num_layers))
+
+    def kv_bytes_per_token(self, dtype: str, num_layers: int | None = None) -> int:
+        """2 (K and V) x layers (all unless given) x kv_heads x the bytes of one stored row (head_dim values;
+        int8 adds a float32 scale per row: models/kv_codec.py)."""
         row = self.head_dim + 4 if dtype == "int8" else self.head_dim * DTYPE_BYTES[dtype]
-        return 2 * self.num_layers * self.num_kv_heads * row
+        return 2 * (self.num_layers if num_layers is None else num_layers) * self.num_kv_heads * row
 
 
 @dataclass(frozen=True)
@@ -91,6 +95,9 @@ class EngineConfig:
     # verified per decode step; 0 = off. Exact: the tokens are those decoding without it gives. Runs only
     # where the steps are batch invariant (dtype auto); 2 measured fastest on SmolLM2 here (README).
     speculative_tokens: int = 2
+    # Sliding-window layers keep every position (and the prefix cache stays on) instead of only their
+    # window in a pool of their own (engine/window_blocks.py); as llama.cpp's --swa-full.
+    swa_full: bool = False
 
     @property
     def kv_dtype(self) -> str:

@@ -122,10 +122,12 @@ def test_a_bad_block_table_slot_or_length_is_a_python_error_not_a_stray_write(tm
     stack, why = NativeDecode.build(model.model)
     assert stack is not None, why
     h, cos, sin, caches, slot, table, lens = _stack_args(model, "none")
-    ok = stack.stack.forward(h.clone(), 1, cos, sin, cos, sin, caches, [c.clone() for c in caches], slot, table, lens)
+    ok = stack.stack.forward(h.clone(), 1, cos, sin, cos, sin, caches, [c.clone() for c in caches], slot, table, slot,
+                             table, lens)
     assert torch.isfinite(ok).all()
     h, cos, sin, caches, slot, table, lens = _stack_args(model, bad)
     before = [c.clone() for c in caches]
     with pytest.raises(RuntimeError, match="haltwise native: row 0: .* is outside"):
-        stack.stack.forward(h, 1, cos, sin, cos, sin, caches, [c.clone() for c in caches], slot, table, lens)
+        stack.stack.forward(h, 1, cos, sin, cos, sin, caches, [c.clone() for c in caches], slot, table, slot, table,
+                            lens)
     assert all(torch.equal(a, b) for a, b in zip(caches, before)), "the cache was written before the check"

@@ -92,3 +92,22 @@ def test_auto_memory_is_what_serve_would_take(capsys):
                  "--seq-len", "256", "--batch", "4", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert 0 < out["memory_budget"] <= auto_kv_memory(512, 16, 256, 4) + 1 and out["sequences_in_budget"] >= 1
+
+
+def test_a_model_with_sliding_layers_is_estimated_as_the_engine_allocates_it():
+    """Gemma-shaped: 2 sliding layers keep their window in a pool of their own, the full-context layer is the
+    per-token cost; estimate's blocks, tokens and bytes equal the engine's caches."""
+    from haltwise.models.tiny import tiny_llama
+    from haltwise.tokenizer.tiny import tiny_tokenizer
+
+    tokenizer = tiny_tokenizer()
+    net = tiny_llama(tokenizer.vocab_size, num_layers=3, sliding_window=64,
+                     layer_types=("sliding_attention", "sliding_attention", "full_attention"))
+    memory = parse_memory(MEMORY)
+    engine = LLMEngine(net, net.config, tokenizer, EngineConfig(kv_cache_memory=memory, max_num_seqs=4), 512)
+    e = estimate(3, 2, 16, "float32", 512, 4, memory, 16, sliding_layers=2, window=64)
+    sizes = [k.shape[0] for k, _ in engine.runner.kv_caches]
+    assert sizes == [engine.budget.window_blocks] * 2 + [e["blocks_in_budget"]] and sizes[0] < sizes[2]
+    assert e["bytes_per_token"] == 2 * 1 * 2 * 16 * 4
+    allocated = sum(t.numel() * t.element_size() for pair in engine.runner.kv_caches for t in pair)
+    assert allocated == e["blocks_in_budget"] * 16 * e["bytes_per_token"] + e["window_pool_bytes"] <= memory

@@ -29,6 +29,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass
 
 from haltwise.engine.sequence import Sequence
+from haltwise.engine.window_blocks import WindowBlocks
 
 
 def blocks_for(num_tokens: int, block_size: int) -> int:
@@ -57,12 +58,14 @@ class BlockAllocator:
     takes blocks, so running out of blocks is a scheduling decision (preemption), never an error.
     """
 
-    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True):
+    def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
+                 window: WindowBlocks | None = None):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
+        self.window = window       # the sliding layers' own pool (window_blocks.py), None = they use this one
         self._blocks = [_Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(num_blocks))          # ref 0, unhashed
         self._evictable: OrderedDict[int, None] = OrderedDict()    # ref 0, hashed; oldest first
@@ -209,13 +212,21 @@ class BlockAllocator:
             block.ref_count = 0
             self._free.appendleft(block_id)   # first out again: the next step's drafts take it back
         del seq.block_table[keep:]
+        if self.window is not None:
+            self.window.trim(seq.seq_id, num_tokens)
+
+    def window_table(self, seq: Sequence, start: int, end: int) -> list[int] | None:
+        """The sliding layers' blocks for a step computing positions start..end-1 (None: no own pool)."""
+        return None if self.window is None else self.window.table(seq.seq_id, start, end)
 
     def on_computed(self, seq: Sequence) -> None:
         """Register the sequence's newly full, computed blocks in the prefix cache.
 
         If another block already holds the same content, this block stays private (it is freed,
-        not cached, when the sequence ends).
+        not cached, when the sequence ends). The sliding layers' pool gives back what fell out of the window.
         """
+        if self.window is not None:
+            self.window.release_behind(seq.seq_id, seq.num_computed_tokens)
         if not self.enable_prefix_caching or seq.seq_id not in self._live:
             return
         bs = self.block_size
@@ -234,6 +245,8 @@ class BlockAllocator:
 
         A second call (or a call for a sequence that never held blocks) is a no-op.
         """
+        if self.window is not None:
+            self.window.free(seq.seq_id)
         if self._live.get(seq.seq_id) is not seq:
             return
         del self._live[seq.seq_id]

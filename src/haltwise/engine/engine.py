@@ -21,6 +21,7 @@ from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
 from haltwise.engine.speculation import Speculator, run_heads, speculation_unsupported
+from haltwise.engine.window_blocks import WindowBlocks, window_pool_blocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import SamplingParams
@@ -66,11 +67,14 @@ class LLMEngine:
         self.special_token_texts = tokenizer.special_token_texts()
         self.reasoning_tags = ReasoningTags.of(tokenizer)   # None: no think sections (split_reasoning is a no-op)
         self.budget = KVBudget.from_memory(model_config, engine_config.kv_dtype, engine_config.block_size,
-                                           engine_config.kv_cache_memory)
+                                           engine_config.kv_cache_memory,
+                                           window_pool_blocks(model_config, engine_config, max_model_len))
         if self.budget.num_blocks < 1:
             raise ValueError(f"kv_cache_memory {engine_config.kv_cache_memory} bytes is less than one block")
+        window = (WindowBlocks(self.budget.window_blocks, engine_config.block_size, model_config.sliding_window)
+                  if self.budget.window_blocks else None)
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
-                                        engine_config.enable_prefix_caching)
+                                        engine_config.enable_prefix_caching and window is None, window)
         self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
         self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype),
                                              engine_config.block_size))
@@ -189,8 +193,10 @@ class LLMEngine:
 
     def _run(self, out) -> None:
         states = {s.seq.seq_id: s for r in self.requests.values() for s in r.seqs}
-        rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.seq.num_computed_tokens,
-                         sch.seq.num_computed_tokens + sch.num_new_tokens, sch.samples, sch.draft_token_ids)
+        rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.start, sch.start + sch.num_new_tokens,
+                         sch.samples, sch.draft_token_ids,
+                         self.allocator.window_table(sch.seq, sch.start, sch.start + sch.num_new_tokens
+                                                     + len(sch.draft_token_ids)))
                 for sch in out.scheduled]
         runs = [sch for sch in out.scheduled if sch.samples]
         sampled = [states[sch.seq.seq_id] for sch in runs]
@@ -283,7 +289,8 @@ class LLMEngine:
     def describe(self) -> str:
         full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size
         text = (f"{self.budget.describe()}, KV dtype {self.config.kv_dtype} (max_num_seqs x max_model_len = "
-                f"{full} tokens would need {full * self.budget.bytes_per_token / 2**20:.0f} MiB); "
+                f"{full} tokens would need {(full * self.budget.bytes_per_token + self.budget.window_bytes) / 2**20:.0f} "
+                "MiB); "
                 f"max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto

@@ -13,6 +13,7 @@ import torch
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.kv_cache import KVBudget, auto_kv_memory
+from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.native import build as native_kernels
 from haltwise.kernels.model_plan import plan_model
@@ -72,12 +73,15 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
 
 
 def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> EngineConfig:
-    """Resolve kv_cache_memory 'auto' to bytes; refuse an explicit max_model_len the pool cannot hold."""
+    """Resolve kv_cache_memory 'auto' to bytes (the main pool's share, plus the sliding layers' own pool when
+    they have one); refuse an explicit max_model_len the pool cannot hold."""
+    window_blocks = window_pool_blocks(model_config, config, max_len)
     if config.kv_cache_memory == "auto":
-        per_token = model_config.kv_bytes_per_token(config.kv_dtype)
-        config = replace(config, kv_cache_memory=auto_kv_memory(per_token, config.block_size, max_len,
-                                                                   config.max_num_seqs))
-    budget = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, config.kv_cache_memory)
+        window = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, 0, window_blocks)
+        config = replace(config, kv_cache_memory=window.window_bytes + auto_kv_memory(
+            window.bytes_per_token, config.block_size, max_len, config.max_num_seqs))
+    budget = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, config.kv_cache_memory,
+                                  window_blocks)
     if config.max_model_len is not None:
         budget.check_fits(max_len)
     elif budget.num_tokens < max_len:

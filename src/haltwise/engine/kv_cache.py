@@ -25,24 +25,38 @@ KV_AUTO_MAX_FRACTION = 0.50   # the most it takes to fit one full-length sequenc
 
 @dataclass(frozen=True)
 class KVBudget:
-    """How a byte budget turns into blocks. bytes_per_token = 2 x layers x kv_heads x head_dim x dtype_bytes."""
+    """How a byte budget turns into blocks: the main pool's, after the sliding layers' own pool (if any).
+
+    bytes_per_token = 2 x layers x kv_heads x row bytes, over the layers of the main pool: all of them, or
+    only the full-context ones when the sliding layers keep their window in window_blocks blocks of their
+    own (engine/window_blocks.py; a fixed cost, whatever the main pool holds)."""
 
     bytes_per_token: int
     block_size: int
     num_blocks: int
+    window_blocks: int = 0
+    window_bytes_per_token: int = 0
 
     @classmethod
-    def from_memory(cls, config: ModelConfig, dtype: str, block_size: int, memory_bytes: int) -> "KVBudget":
-        per_token = config.kv_bytes_per_token(dtype)
-        return cls(per_token, block_size, memory_bytes // (per_token * block_size))
+    def from_memory(cls, config: ModelConfig, dtype: str, block_size: int, memory_bytes: int,
+                    window_blocks: int = 0) -> "KVBudget":
+        sliding = config.num_sliding_layers if window_blocks else 0
+        per_token = config.kv_bytes_per_token(dtype, config.num_layers - sliding)
+        window_per_token = config.kv_bytes_per_token(dtype, sliding)
+        main = max(0, memory_bytes - window_blocks * block_size * window_per_token)
+        return cls(per_token, block_size, main // (per_token * block_size), window_blocks, window_per_token)
 
     @property
     def num_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
     @property
+    def window_bytes(self) -> int:
+        return self.window_blocks * self.block_size * self.window_bytes_per_token
+
+    @property
     def num_bytes(self) -> int:
-        return self.num_tokens * self.bytes_per_token
+        return self.num_tokens * self.bytes_per_token + self.window_bytes
 
     def blocks_for(self, tokens: int) -> int:
         return math.ceil(tokens / self.block_size)
@@ -55,11 +69,21 @@ class KVBudget:
                 f"--max-model-len {max_model_len} cannot fit the KV pool: one such sequence needs {need} blocks "
                 f"({need * self.block_size * self.bytes_per_token / 2**20:.1f} MiB at {self.bytes_per_token} "
                 f"bytes/token), the pool holds {self.num_blocks} blocks = {self.num_tokens} tokens "
-                f"({self.num_bytes / 2**20:.1f} MiB). Raise --kv-cache-memory or lower --max-model-len.")
+                f"({self.num_bytes / 2**20:.1f} MiB{self._window_share()}). Raise --kv-cache-memory or lower "
+                "--max-model-len.")
+
+    def _window_share(self) -> str:
+        return (f", of which the sliding layers' own pool takes {self.window_bytes / 2**20:.1f} MiB for "
+                f"--max-num-seqs sequences" if self.window_blocks else "")
 
     def describe(self) -> str:
-        return (f"KV cache: {self.num_blocks} blocks x {self.block_size} tokens = {self.num_tokens} tokens, "
-                f"{self.num_bytes} bytes ({self.num_bytes / 2**20:.1f} MiB; {self.bytes_per_token} bytes/token)")
+        text = (f"KV cache: {self.num_blocks} blocks x {self.block_size} tokens = {self.num_tokens} tokens, "
+                f"{self.num_bytes} bytes ({self.num_bytes / 2**20:.1f} MiB; {self.bytes_per_token} bytes/token")
+        if self.window_blocks:
+            text += (f" in the full-context layers; the sliding layers keep their window in {self.window_blocks} "
+                     f"blocks of their own, {self.window_bytes / 2**20:.1f} MiB, prefix caching off (--swa-full "
+                     "keeps every position)")
+        return text + ")"
 
 
 def available_ram() -> int:
@@ -105,10 +129,12 @@ def parse_memory(text: str | int | float, total_ram: int | None = None) -> int |
 
 def allocate_kv_caches(config: ModelConfig, budget: KVBudget, dtype: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per layer (K, V), each (num_blocks, block_size, kv_heads, row width) in the KV dtype's storage
-    (models/kv_codec.py), zero-filled (touches the memory now)."""
+    (models/kv_codec.py), zero-filled (touches the memory now); a sliding layer has budget.window_blocks
+    blocks when its pool is its own."""
     assert dtype in KV_DTYPES, dtype
 
-    def one() -> torch.Tensor:
-        return cache_tensor(dtype, budget.num_blocks, budget.block_size, config.num_kv_heads, config.head_dim)
+    def one(layer: int) -> torch.Tensor:
+        blocks = budget.window_blocks if budget.window_blocks and config.is_sliding(layer) else budget.num_blocks
+        return cache_tensor(dtype, blocks, budget.block_size, config.num_kv_heads, config.head_dim)
 
-    return [(one(), one()) for _ in range(config.num_layers)]
+    return [(one(i), one(i)) for i in range(config.num_layers)]

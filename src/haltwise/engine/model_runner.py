@@ -20,6 +20,8 @@ class BatchRow:
     # Speculative drafts computed after token_ids[start:end] at positions end.. (sample is then True):
     # logits come back for the last position and every draft position (engine/speculation.py).
     draft_token_ids: list[int] = field(default_factory=list)
+    # The sliding layers' blocks when they have a pool of their own (engine/window_blocks.py), same indexing.
+    window_table: list[int] | None = None
 
     @property
     def num_logits(self) -> int:
@@ -37,28 +39,31 @@ class ModelRunner:
     @torch.inference_mode()
     def execute(self, rows: list[BatchRow]) -> torch.Tensor:
         """Returns (S, vocab) float32 logits: num_logits rows per row with sample=True, in order."""
-        bs = self.block_size
         input_ids: list[int] = []
         positions: list[int] = []
-        slots: list[int] = []
         starts = [0]
         logits_rows: list[int] = []
         for row in rows:
-            end = row.end + len(row.draft_token_ids)
             input_ids += row.token_ids[row.start: row.end] + row.draft_token_ids
-            positions += range(row.start, end)
-            slots += [row.block_table[p // bs] * bs + p % bs for p in range(row.start, end)]
+            positions += range(row.start, row.end + len(row.draft_token_ids))
             starts.append(len(input_ids))
             logits_rows += range(len(input_ids) - row.num_logits, len(input_ids))
-        width = max(len(r.block_table) for r in rows)
-        tables = torch.tensor([r.block_table + [0] * (width - len(r.block_table)) for r in rows], dtype=torch.long)
-        meta = AttentionMetadata(
+        meta = self._metadata(rows, [r.block_table for r in rows], starts)
+        if rows[0].window_table is not None:
+            meta.window = self._metadata(rows, [r.window_table for r in rows], starts)
+        return self.model(torch.tensor(input_ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
+                          self.kv_caches, meta, torch.tensor(logits_rows, dtype=torch.long))
+
+    def _metadata(self, rows: list[BatchRow], tables: list[list[int]], starts: list[int]) -> AttentionMetadata:
+        bs = self.block_size
+        slots = [table[p // bs] * bs + p % bs for row, table in zip(rows, tables)
+                 for p in range(row.start, row.end + len(row.draft_token_ids))]
+        width = max(len(t) for t in tables)
+        return AttentionMetadata(
             slot_mapping=torch.tensor(slots, dtype=torch.long),
             query_start_loc=starts,
             seq_lens=[r.end + len(r.draft_token_ids) for r in rows],
-            block_tables=tables,
+            block_tables=torch.tensor([t + [0] * (width - len(t)) for t in tables], dtype=torch.long),
             block_size=bs,
             rope_seq_lens=[len(r.token_ids) for r in rows],  # dynamic rope: scaled for the whole known sequence
         ).prepare()
-        return self.model(torch.tensor(input_ids, dtype=torch.long), torch.tensor(positions, dtype=torch.long),
-                          self.kv_caches, meta, torch.tensor(logits_rows, dtype=torch.long))

@@ -45,6 +45,9 @@ class AttentionMetadata:
     decode_blocks: torch.Tensor | None = None  # (Bd * nb,) block tables cut to the longest context, flattened
     decode_mask: torch.Tensor | None = None    # (Bd, 1, 1, nb * block_size) bool, True = may attend
     prefills: list[_PrefillPlan] = field(default_factory=list)
+    # The sliding layers' own slots and tables when their KV has a pool of its own (engine/window_blocks.py):
+    # the same rows, positions and lengths; blocks a window no longer reaches read block 0 (masked).
+    window: "AttentionMetadata | None" = None
     # Sliding-window masks, built on first use per window and shared by the layers with that window.
     _windowed: dict[int, tuple[torch.Tensor | None, list[torch.Tensor | None]]] = field(default_factory=dict)
 

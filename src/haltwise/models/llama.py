@@ -69,6 +69,8 @@ class Attention(nn.Module):
         qk = apply_rotary(qk, *rope)
         q, k = qk[:, :H], qk[:, H:]                                             # (T, H, D), (T, KV, D)
         v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, D)  # (T, KV, D)
+        if self.window is not None and meta.window is not None:
+            meta = meta.window                   # this layer's KV lives in the sliding layers' own pool
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
         out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))

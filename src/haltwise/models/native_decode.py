@@ -97,12 +97,21 @@ class NativeDecode:
         T = h.shape[0]
         cos, sin = (t.reshape(T, -1).contiguous() for t in rope)
         cos_l, sin_l = (t.reshape(T, -1).contiguous() for t in local) if local is not None else (cos, sin)
-        tables = meta.block_tables
-        if not meta.only_decodes:                       # a prefill chunk's rows share their sequence's table
-            tables = tables.repeat_interleave(torch.tensor(meta.query_lens), dim=0)       # (T, nb)
+        tables = _row_tables(meta)
+        # The sliding layers' own pool, if any (engine/window_blocks.py); else they share the main one.
+        window = meta.window
+        window_slots, window_tables = ((meta.slot_mapping, tables) if window is None
+                                       else (window.slot_mapping, _row_tables(window)))
         return self.stack.forward(h.contiguous(), bucket_index(T), cos, sin, cos_l, sin_l,
-                                  [k for k, _ in kv_caches], [v for _, v in kv_caches], meta.slot_mapping,
-                                  tables.contiguous(), (positions + 1).to(torch.long).contiguous())
+                                  [k for k, _ in kv_caches], [v for _, v in kv_caches], meta.slot_mapping, tables,
+                                  window_slots, window_tables, (positions + 1).to(torch.long).contiguous())
+
+
+def _row_tables(meta) -> torch.Tensor:
+    """(T, nb): each row's block table (a prefill chunk's rows share their sequence's)."""
+    if meta.only_decodes:
+        return meta.block_tables.contiguous()
+    return meta.block_tables.repeat_interleave(torch.tensor(meta.query_lens), dim=0).contiguous()
 
 
 def _one_format(linears) -> bool:

@@ -4,16 +4,18 @@ bytes_per_token = 2 (K and V) x layers x kv_heads x bytes per stored row (head_d
 int8: head_dim + a 4-byte float32 scale: models/kv_codec.py); the pool holds
 floor(budget / (bytes_per_token x block_size)) blocks — the same KVBudget the engine allocates.
 head_dim is the model's own (Gemma 3: 256, not hidden / heads). Sliding-window layers (Gemma 3: 5 of
-every 6, window 512) are counted in full: one block table serves every layer, so a block is held for
-all layers until the sequence ends; the output names the sliding layers and their window.
+every 6, window 512) keep only their window in a pool of their own, sized for --batch sequences as serve
+sizes it for --max-num-seqs (engine/window_blocks.py): bytes_per_token then counts the full-context layers,
+and the window pool is a fixed cost inside the budget (serve --swa-full counts every layer in full).
 """
 from __future__ import annotations
 
 import argparse
 import json
 
-from haltwise.config import AUTO_KV_DTYPE, ModelConfig
+from haltwise.config import AUTO_KV_DTYPE, EngineConfig, ModelConfig
 from haltwise.engine.kv_cache import KVBudget, parse_memory
+from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.models.kv_codec import KV_DTYPES, row_bytes
 
 
@@ -32,23 +34,30 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def estimate(layers: int, kv_heads: int, head_dim: int, dtype: str, seq_len: int, batch: int, memory: int,
-             block_size: int) -> dict:
+             block_size: int, sliding_layers: int = 0, window: int | None = None) -> dict:
+    types = ("sliding_attention",) * sliding_layers + ("full_attention",) * (layers - sliding_layers)
     config = ModelConfig(vocab_size=1, hidden_size=kv_heads * head_dim, intermediate_size=1, num_layers=layers,
-                         num_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, max_position_embeddings=seq_len)
-    budget = KVBudget.from_memory(config, dtype, block_size, memory)
+                         num_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, max_position_embeddings=seq_len,
+                         sliding_window=window if sliding_layers else None, layer_types=types)
+    window_blocks = window_pool_blocks(config, EngineConfig(block_size=block_size, max_num_seqs=batch), seq_len)
+    budget = KVBudget.from_memory(config, dtype, block_size, memory, window_blocks)
     per_token = budget.bytes_per_token
     blocks_per_seq = -(-seq_len // block_size)
-    return {
-        "formula": f"2 x {layers} layers x {kv_heads} kv_heads x {row_bytes(dtype, head_dim)} bytes per {dtype} "
+    counted = layers - (sliding_layers if window_blocks else 0)
+    result = {
+        "formula": f"2 x {counted} layers x {kv_heads} kv_heads x {row_bytes(dtype, head_dim)} bytes per {dtype} "
                    f"row of {head_dim}",
         "bytes_per_token": per_token,
         "bytes_per_sequence": blocks_per_seq * block_size * per_token,   # whole blocks, as allocated
-        "bytes_per_batch": batch * blocks_per_seq * block_size * per_token,
+        "bytes_per_batch": batch * blocks_per_seq * block_size * per_token + budget.window_bytes,
         "seq_len": seq_len, "batch": batch, "memory_budget": memory, "block_size": block_size,
         "blocks_in_budget": budget.num_blocks,
         "tokens_in_budget": budget.num_tokens,
         "sequences_in_budget": budget.num_blocks // blocks_per_seq,
     }
+    if window_blocks:
+        result["window_pool_bytes"] = budget.window_bytes      # the sliding layers' own pool, for `batch` sequences
+    return result
 
 
 def run(args: argparse.Namespace) -> int:
@@ -58,15 +67,18 @@ def run(args: argparse.Namespace) -> int:
         layers = layers or config.num_layers
         kv_heads = kv_heads or config.num_kv_heads
         head_dim = head_dim or config.head_dim
+    sliding = sliding_info(config) if None in (args.layers, args.kv_heads, args.head_dim) else {}
+    shape = (layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch)
+    window = (args.block_size, sliding.get("sliding_layers", 0), sliding.get("sliding_window"))
     memory = parse_memory(args.memory)
-    if memory == "auto":   # as `--kv-cache-memory auto` would size it on this host
+    if memory == "auto":   # as `--kv-cache-memory auto` would size it on this host (engine/factory.py)
         from haltwise.engine.kv_cache import auto_kv_memory
 
-        per_token = 2 * layers * kv_heads * row_bytes(args.dtype, head_dim)
-        memory = auto_kv_memory(per_token, args.block_size, args.seq_len, args.batch)
-    result = estimate(layers, kv_heads, head_dim, args.dtype, args.seq_len, args.batch, memory, args.block_size)
-    if None in (args.layers, args.kv_heads, args.head_dim):
-        result.update(sliding_info(config))
+        fixed = estimate(*shape, 0, *window)
+        memory = fixed.get("window_pool_bytes", 0) + auto_kv_memory(fixed["bytes_per_token"], args.block_size,
+                                                                     args.seq_len, args.batch)
+    result = estimate(*shape, memory, *window)
+    result.update(sliding)
     if args.json:
         print(json.dumps(result))
     else:

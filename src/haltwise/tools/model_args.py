@@ -34,6 +34,9 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
     p.add_argument("--no-chunked-prefill", action="store_true", help="run each prompt's prefill in one step")
     p.add_argument("--no-prefix-caching", action="store_true", help="do not share prompt blocks between requests")
+    p.add_argument("--swa-full", action="store_true",
+                   help="sliding-window layers (Gemma 3) keep every position and the prefix cache stays on, instead "
+                        "of keeping only their window in a small pool of their own (as llama.cpp's --swa-full)")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
@@ -73,7 +76,8 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         dtype=args.dtype, block_size=args.block_size, kv_cache_memory=parse_memory(args.kv_cache_memory),
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
-        enable_prefix_caching=not args.no_prefix_caching, max_queue=args.max_queue, watermark=args.watermark,
+        enable_prefix_caching=not args.no_prefix_caching, swa_full=args.swa_full, max_queue=args.max_queue,
+        watermark=args.watermark,
         batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
         num_threads=args.threads, speculative_tokens=args.speculative_tokens)
 

@@ -97,7 +97,8 @@ class DecodeStack {
   }
 
   // Bounds of everything forward() indexes with, checked before anything is written (always on: O(T x blocks)
-  // integer compares against a step's matmuls, and no arithmetic changes, so the kernels' bits do not):
+  // integer compares against a step's matmuls, and no arithmetic changes, so the kernels' bits do not), for the
+  // full-context layers' slots and tables against their caches and the sliding layers' against theirs:
   //   0 <= slot[t] < num_blocks x block_size                       (the K/V write of row t)
   //   1 <= len[t] <= table width x block_size                       (positions row t attends to)
   //   0 <= table[t][j] < num_blocks for j < ceil(len[t] / block_size)  (the blocks those positions are in)
@@ -105,16 +106,34 @@ class DecodeStack {
   // A violation is a Python RuntimeError, never a write or read outside the caches.
   void check_bounds(int64_t T, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& cos_local,
                     const torch::Tensor& sin_local, const std::vector<torch::Tensor>& k_caches,
-                    const torch::Tensor& slots, const torch::Tensor& block_tables, const torch::Tensor& seq_lens) const {
-    TORCH_CHECK(slots.scalar_type() == torch::kLong && block_tables.scalar_type() == torch::kLong &&
-                seq_lens.scalar_type() == torch::kLong && slots.is_contiguous() && block_tables.is_contiguous() &&
-                seq_lens.is_contiguous(), "haltwise native: slots, block tables and lengths must be contiguous int64");
+                    const torch::Tensor& slots, const torch::Tensor& block_tables, const torch::Tensor& window_slots,
+                    const torch::Tensor& window_tables, const torch::Tensor& seq_lens) const {
     for (const torch::Tensor* r : {&cos, &sin, &cos_local, &sin_local}) {
       TORCH_CHECK(!r->defined() || (r->scalar_type() == torch::kFloat32 && r->is_contiguous() && r->numel() >= T * D_),
                   "haltwise native: rope tables must be contiguous float32 with ", T * D_, " values");
     }
-    if (k_caches.empty()) return;
-    const int64_t num_blocks = k_caches[0].size(0), block_size = k_caches[0].size(1), nb = block_tables.size(1);
+    TORCH_CHECK(seq_lens.scalar_type() == torch::kLong && seq_lens.is_contiguous() && seq_lens.size(0) == T,
+                "haltwise native: one int64 context length per row");
+    int64_t pool_blocks[2] = {-1, -1};                   // [full-context layers, sliding layers]: one pool each
+    for (size_t li = 0; li < k_caches.size(); ++li) {
+      const bool sliding = layers_[li].window > 0;
+      if (pool_blocks[sliding] < 0) {
+        pool_blocks[sliding] = k_caches[li].size(0);
+        check_pool(T, k_caches[li], sliding ? window_slots : slots, sliding ? window_tables : block_tables, seq_lens);
+      }
+      TORCH_CHECK(k_caches[li].dim() == 4 && k_caches[li].size(0) == pool_blocks[sliding],
+                  "haltwise native: layer ", li, "'s cache holds ", k_caches[li].size(0), " blocks, its pool ",
+                  pool_blocks[sliding]);
+    }
+  }
+
+  static void check_pool(int64_t T, const torch::Tensor& cache, const torch::Tensor& slots,
+                         const torch::Tensor& block_tables, const torch::Tensor& seq_lens) {
+    TORCH_CHECK(slots.scalar_type() == torch::kLong && block_tables.scalar_type() == torch::kLong &&
+                slots.is_contiguous() && block_tables.is_contiguous() && block_tables.dim() == 2 &&
+                block_tables.size(0) == T && slots.size(0) == T,
+                "haltwise native: one int64 slot and block table per row, contiguous");
+    const int64_t num_blocks = cache.size(0), block_size = cache.size(1), nb = block_tables.size(1);
     const int64_t* slot = slots.data_ptr<int64_t>();
     const int64_t* lens = seq_lens.data_ptr<int64_t>();
     const int64_t* tables = block_tables.data_ptr<int64_t>();
@@ -135,27 +154,27 @@ class DecodeStack {
   // cos_local/sin_local for local-rope layers (may be undefined when no layer uses them); caches
   // (num_blocks, block_size, KVH, D) float32 or bfloat16, or (num_blocks, block_size, KVH, D + 4) int8
   // (KV_Q8: D values and a float32 scale per row), per layer; slots (T,), block_tables (T, nb), seq_lens
-  // (T,) int64 (a row's context length: its position + 1).
+  // (T,) int64 (a row's context length: its position + 1). Sliding layers (window > 0) write and read through
+  // window_slots / window_tables: their own pool, whose caches may hold fewer blocks (or the same tensors
+  // as slots / block_tables when they share the main pool).
   torch::Tensor forward(torch::Tensor h, int64_t bucket, const torch::Tensor& cos, const torch::Tensor& sin,
                         const torch::Tensor& cos_local, const torch::Tensor& sin_local,
                         const std::vector<torch::Tensor>& k_caches, const std::vector<torch::Tensor>& v_caches,
-                        const torch::Tensor& slots, const torch::Tensor& block_tables, const torch::Tensor& seq_lens) {
+                        const torch::Tensor& slots, const torch::Tensor& block_tables,
+                        const torch::Tensor& window_slots, const torch::Tensor& window_tables,
+                        const torch::Tensor& seq_lens) {
     TORCH_CHECK(h.is_contiguous() && h.scalar_type() == torch::kFloat32 && h.dim() == 2 && h.size(1) == hidden_,
                 "haltwise native: h must be contiguous (T, hidden) float32");
     TORCH_CHECK(k_caches.size() == layers_.size() && v_caches.size() == layers_.size(),
                 "haltwise native: one K and one V cache per layer");
     const int64_t T = h.size(0), q_size = H_ * D_, kv_size = KVH_ * D_, width = q_size + 2 * kv_size;
-    TORCH_CHECK(block_tables.dim() == 2 && block_tables.size(0) == T && seq_lens.size(0) == T && slots.size(0) == T,
-                "haltwise native: one slot, block table and length per row");
-    check_bounds(T, cos, sin, cos_local, sin_local, k_caches, slots, block_tables, seq_lens);
+    check_bounds(T, cos, sin, cos_local, sin_local, k_caches, slots, block_tables, window_slots, window_tables,
+                 seq_lens);
     const auto opts = h.options();
     torch::Tensor x = torch::empty({T, hidden_}, opts), qkv = torch::empty({T, width}, opts);
     torch::Tensor attn = torch::empty({T, q_size}, opts), proj = torch::empty({T, hidden_}, opts);
     torch::Tensor gu = torch::empty({T, 2 * I_}, opts), mid = torch::empty({T, I_}, opts);
-    const int64_t* slot = slots.data_ptr<int64_t>();
     const int64_t* lens = seq_lens.data_ptr<int64_t>();
-    const int64_t nb = block_tables.size(1);
-    const int64_t* tables = block_tables.data_ptr<int64_t>();
     int64_t longest = 0;
     for (int64_t t = 0; t < T; ++t) longest = std::max(longest, lens[t]);
     const int64_t G = H_ / KVH_;
@@ -173,9 +192,15 @@ class DecodeStack {
       const int64_t block_size = kc.size(1);
       TORCH_CHECK(format_of(kc) == kv_format && kc.is_contiguous() && vc.is_contiguous() &&
                   vc.sizes() == kc.sizes() && vc.scalar_type() == kc.scalar_type() && kc.size(2) == KVH_ &&
-                  kc.size(3) * kc.element_size() == kv_row_bytes(kv_format, D_) && kc.sizes() == k_caches[0].sizes(),
+                  kc.size(3) * kc.element_size() == kv_row_bytes(kv_format, D_) &&
+                  kc.size(1) == k_caches[0].size(1),
                   "haltwise native: caches must be contiguous (blocks, block_size, KVH, D) float32 / bfloat16 "
-                  "or (blocks, block_size, KVH, D + 4) int8, the same for every layer");
+                  "or (blocks, block_size, KVH, D + 4) int8, one format and block size for every layer");
+      const torch::Tensor& layer_slots = L.window > 0 ? window_slots : slots;
+      const torch::Tensor& layer_tables = L.window > 0 ? window_tables : block_tables;
+      const int64_t* slot = layer_slots.data_ptr<int64_t>();
+      const int64_t nb = layer_tables.size(1);
+      const int64_t* tables = layer_tables.data_ptr<int64_t>();
       m.rms_norm_rows(hp, hidden_, L.norms[0].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(), hidden_, T, hidden_);
       linear(L.linears[QKV], bucket, x, qkv);
       float* qp = qkv.data_ptr<float>();
