@@ -19,6 +19,7 @@ from haltwise.kernels.native import build as native_kernels
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.plan import KernelPlan
 from haltwise.models.calibration import CALIBRATION_TEXT, capture_inputs
+from haltwise.models.gguf_metadata import open_gguf
 from haltwise.models.loader import load_model
 from haltwise.models.native_decode import NativeDecode
 from haltwise.tokenizer.tokenizer import Tokenizer
@@ -62,6 +63,8 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
     config = _size_kv(config, loaded.config, loaded.max_model_len)
     config = replace(config, max_model_len=loaded.max_model_len)
     plan = _plan(loaded.model, loaded.path, config, tokenizer) if config.dtype == "auto" else None
+    if loaded.mapped:    # the plan copied the blocks it runs: the file's pages need not stay counted twice
+        open_gguf(loaded.path).drop_resident_pages()
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)
     engine.kernel_plan = plan

@@ -99,6 +99,14 @@ class GGUFFile:
         data_start = -(-cursor.pos // alignment) * alignment
         self.tensors = [self._view(data_start, *info) for info in infos]
 
+    def drop_resident_pages(self) -> None:
+        """Hand this process's resident pages of the file back to the kernel (MADV_DONTNEED). The map is
+        read-only and shared, so a page read again is faulted back in from the page cache, unchanged: safe
+        whatever still holds a view. The engine calls it once the kernel plan has copied the blocks it runs,
+        so the file's pages are not counted twice (as copies and as mapped pages) at the peak."""
+        if hasattr(mmap, "MADV_DONTNEED"):   # Linux and most Unixes; elsewhere the pages simply stay
+            self._map.madvise(mmap.MADV_DONTNEED)
+
     def _view(self, data_start: int, name: str, shape: tuple[int, ...], qtype: GGMLQuantizationType,
               offset: int) -> TensorInfo:
         block, block_bytes = GGML_QUANT_SIZES[qtype]
