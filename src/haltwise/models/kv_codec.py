@@ -25,10 +25,12 @@ def row_bytes(kv_dtype: str, head_dim: int) -> int:
     return head_dim * (4 if kv_dtype == "float32" else 2)
 
 
-def cache_tensor(kv_dtype: str, num_blocks: int, block_size: int, kv_heads: int, head_dim: int) -> torch.Tensor:
-    """One zero-filled cache (K or V) of a layer: (num_blocks, block_size, kv_heads, row width)."""
+def cache_tensor(kv_dtype: str, num_blocks: int, block_size: int, kv_heads: int, head_dim: int,
+                 zeros=torch.zeros) -> torch.Tensor:
+    """One zero-filled cache (K or V) of a layer: (num_blocks, block_size, kv_heads, row width).
+    zeros(shape, dtype=...) allocates it (engine/kv_cache.py commits the pool's pages at once)."""
     width = head_dim + _SCALE_BYTES if kv_dtype == "int8" else head_dim
-    return torch.zeros((num_blocks, block_size, kv_heads, width), dtype=_STORAGE[kv_dtype])
+    return zeros((num_blocks, block_size, kv_heads, width), dtype=_STORAGE[kv_dtype])
 
 
 def kv_dtype_of(cache: torch.Tensor) -> str:
