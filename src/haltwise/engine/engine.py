@@ -193,15 +193,15 @@ class LLMEngine:
 
     def _run(self, out) -> None:
         states = {s.seq.seq_id: s for r in self.requests.values() for s in r.seqs}
-        rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.start, sch.start + sch.num_new_tokens,
-                         sch.samples, sch.draft_token_ids,
-                         self.allocator.window_table(sch.seq, sch.start, sch.start + sch.num_new_tokens
-                                                     + len(sch.draft_token_ids)))
-                for sch in out.scheduled]
         runs = [sch for sch in out.scheduled if sch.samples]
         sampled = [states[sch.seq.seq_id] for sch in runs]
         heads = run_heads(runs)
         try:
+            rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.start, sch.start + sch.num_new_tokens,
+                             sch.samples, sch.draft_token_ids,
+                             self.allocator.window_table(sch.seq, sch.start, sch.start + sch.num_new_tokens
+                                                         + len(sch.draft_token_ids)))
+                    for sch in out.scheduled]
             logits = self.runner.execute(rows)   # 1 + k rows per run: its last token's, then each draft's
             grammar = self._grammar_mask(sampled)
             head = logits if len(heads) == logits.shape[0] else logits[heads]
