@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from haltwise.config import EngineConfig
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.factory import _plan
-from haltwise.engine.window_blocks import DROPPED, WindowBlocks, window_pool_blocks
+from haltwise.engine.window_blocks import WindowBlocks, window_pool_blocks
 from haltwise.models.tiny import tiny_config, tiny_llama
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.tokenizer.tiny import tiny_tokenizer
@@ -28,8 +28,8 @@ def test_a_step_holds_exactly_the_blocks_its_queries_see():
     pool.release_behind(1, 14)       # the next query (position 14) sees 7..14: block 0 (0..3) goes, block 1 stays
     assert pool.num_held(1) == 3 and pool.num_free_blocks == 7
     table = pool.table(1, start=14, end=17)                  # positions 14..16: a decode and two drafts
-    assert table[0] == 0 and pool._tables[1][0] == DROPPED   # a dropped block reads block 0
-    assert pool.num_held(1) == 4
+    assert table[0] == 0 and not pool.holds(1, 0)            # a given-back block reads block 0
+    assert pool.num_held(1) == 4 and all(pool.holds(1, i) for i in (1, 2, 3, 4))
     pool.trim(1, 15)                                         # the drafts were rejected: block 4 (16..) goes back
     assert pool.num_held(1) == 3
     pool.free(1)
@@ -74,12 +74,12 @@ def test_the_pool_never_runs_dry_and_never_hands_a_block_to_two_sequences(data):
                 step[seq_id], left = n, left - n
         for seq_id, n in step.items():
             start = computed[seq_id]
-            for p in range(max(0, start - window + 1), start):     # computed earlier: still held, never re-taken
-                assert pool._tables[seq_id][p // block] != DROPPED, (p, start)
-            table = pool.table(seq_id, start, start + n)
+            for p in range(max(0, start - window + 1), start):     # computed earlier: still held
+                assert pool.holds(seq_id, p // block), (p, start)
+            pool.table(seq_id, start, start + n)
             for p in range(max(0, start - window + 1), start + n):
-                assert pool._tables[seq_id][p // block] != DROPPED, (p, table)
-        held = [b for t in pool._tables.values() for b in t if b != DROPPED]
+                assert pool.holds(seq_id, p // block), p
+        held = [b for seq_id, t in pool._tables.items() for i, b in enumerate(t) if pool.holds(seq_id, i)]
         assert len(held) == len(set(held)) and len(held) + pool.num_free_blocks == num_blocks
         for seq_id, n in step.items():
             computed[seq_id] += n
