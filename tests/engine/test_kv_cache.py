@@ -97,3 +97,19 @@ def _rss() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def test_the_sliding_layers_get_their_own_pool_only_where_it_holds_more_tokens():
+    """Gemma-shaped (2 of 3 layers slide): the own pool is a fixed cost, so a budget it would mostly eat keeps
+    one pool for every layer (the user asked for little memory; the window pool must not refuse them)."""
+    config = tiny_config(300, num_layers=3, sliding_window=64,
+                         layer_types=("sliding_attention", "sliding_attention", "full_attention"))
+    window_blocks = 100
+    window_bytes = window_blocks * 16 * config.kv_bytes_per_token("int8", 2)
+    small = KVBudget.from_memory(config, "int8", 16, window_bytes + 10 * 16 * config.kv_bytes_per_token("int8", 1),
+                                 window_blocks)
+    assert small.window_blocks == 0 and small.bytes_per_token == config.kv_bytes_per_token("int8")
+    large = KVBudget.from_memory(config, "int8", 16, 64 * 2**20, window_blocks)
+    shared = KVBudget.from_memory(config, "int8", 16, 64 * 2**20)
+    assert large.window_blocks == window_blocks and large.num_blocks > 2 * shared.num_blocks
+    assert large.bytes_per_token == config.kv_bytes_per_token("int8", 1) and large.num_bytes <= 64 * 2**20

@@ -12,7 +12,7 @@ import torch
 
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
-from haltwise.engine.kv_cache import KVBudget, auto_kv_memory
+from haltwise.engine.kv_cache import KVBudget, auto_pool_memory
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.native import build as native_kernels
@@ -80,9 +80,8 @@ def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> E
     they have one); refuse an explicit max_model_len the pool cannot hold."""
     window_blocks = window_pool_blocks(model_config, config, max_len)
     if config.kv_cache_memory == "auto":
-        window = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, 0, window_blocks)
-        config = replace(config, kv_cache_memory=window.window_bytes + auto_kv_memory(
-            window.bytes_per_token, config.block_size, max_len, config.max_num_seqs))
+        config = replace(config, kv_cache_memory=auto_pool_memory(model_config, config.kv_dtype, config.block_size,
+                                                                  max_len, config.max_num_seqs, window_blocks))
     budget = KVBudget.from_memory(model_config, config.kv_dtype, config.block_size, config.kv_cache_memory,
                                   window_blocks)
     if config.max_model_len is not None:

@@ -41,11 +41,18 @@ class KVBudget:
     @classmethod
     def from_memory(cls, config: ModelConfig, dtype: str, block_size: int, memory_bytes: int,
                     window_blocks: int = 0) -> "KVBudget":
-        sliding = config.num_sliding_layers if window_blocks else 0
+        """window_blocks > 0 offers the sliding layers a pool of their own; it is taken only where the main
+        pool then holds more tokens than one pool for every layer would (a small budget, many sequences)."""
+        shared = cls(config.kv_bytes_per_token(dtype), block_size,
+                     memory_bytes // (config.kv_bytes_per_token(dtype) * block_size))
+        if not window_blocks:
+            return shared
+        sliding = config.num_sliding_layers
         per_token = config.kv_bytes_per_token(dtype, config.num_layers - sliding)
         window_per_token = config.kv_bytes_per_token(dtype, sliding)
         main = max(0, memory_bytes - window_blocks * block_size * window_per_token)
-        return cls(per_token, block_size, main // (per_token * block_size), window_blocks, window_per_token)
+        own = cls(per_token, block_size, main // (per_token * block_size), window_blocks, window_per_token)
+        return own if own.num_blocks > shared.num_blocks else shared
 
     @property
     def num_tokens(self) -> int:
@@ -106,6 +113,16 @@ def auto_kv_memory(bytes_per_token: int, block_size: int, max_model_len: int, ma
     one_sequence = math.ceil(max_model_len / block_size) * block_size * bytes_per_token
     share = min(int(KV_AUTO_FRACTION * available), max_num_seqs * one_sequence)
     return max(share, one_sequence) if one_sequence <= KV_AUTO_MAX_FRACTION * available else share
+
+
+def auto_pool_memory(config: ModelConfig, dtype: str, block_size: int, max_model_len: int, max_num_seqs: int,
+                     window_blocks: int = 0) -> int:
+    """`--kv-cache-memory auto` in bytes: the sliding layers' own pool when one is offered (window_blocks),
+    plus auto_kv_memory's share for the layers of the main pool."""
+    sliding = config.num_sliding_layers if window_blocks else 0
+    per_token = config.kv_bytes_per_token(dtype, config.num_layers - sliding)
+    window_bytes = window_blocks * block_size * config.kv_bytes_per_token(dtype, sliding)
+    return window_bytes + auto_kv_memory(per_token, block_size, max_model_len, max_num_seqs)
 
 
 def parse_memory(text: str | int | float, total_ram: int | None = None) -> int | str:

@@ -35,15 +35,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 def estimate(layers: int, kv_heads: int, head_dim: int, dtype: str, seq_len: int, batch: int, memory: int,
              block_size: int, sliding_layers: int = 0, window: int | None = None) -> dict:
-    types = ("sliding_attention",) * sliding_layers + ("full_attention",) * (layers - sliding_layers)
-    config = ModelConfig(vocab_size=1, hidden_size=kv_heads * head_dim, intermediate_size=1, num_layers=layers,
-                         num_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, max_position_embeddings=seq_len,
-                         sliding_window=window if sliding_layers else None, layer_types=types)
-    window_blocks = window_pool_blocks(config, EngineConfig(block_size=block_size, max_num_seqs=batch), seq_len)
-    budget = KVBudget.from_memory(config, dtype, block_size, memory, window_blocks)
+    config = shape_config(layers, kv_heads, head_dim, seq_len, sliding_layers, window)
+    budget = KVBudget.from_memory(config, dtype, block_size, memory, _window_blocks(config, block_size, batch, seq_len))
     per_token = budget.bytes_per_token
     blocks_per_seq = -(-seq_len // block_size)
-    counted = layers - (sliding_layers if window_blocks else 0)
+    counted = layers - (sliding_layers if budget.window_blocks else 0)
     result = {
         "formula": f"2 x {counted} layers x {kv_heads} kv_heads x {row_bytes(dtype, head_dim)} bytes per {dtype} "
                    f"row of {head_dim}",
@@ -55,9 +51,22 @@ def estimate(layers: int, kv_heads: int, head_dim: int, dtype: str, seq_len: int
         "tokens_in_budget": budget.num_tokens,
         "sequences_in_budget": budget.num_blocks // blocks_per_seq,
     }
-    if window_blocks:
+    if budget.window_blocks:
         result["window_pool_bytes"] = budget.window_bytes      # the sliding layers' own pool, for `batch` sequences
     return result
+
+
+def shape_config(layers: int, kv_heads: int, head_dim: int, seq_len: int, sliding_layers: int = 0,
+                 window: int | None = None) -> ModelConfig:
+    """A ModelConfig with just the KV cache's dimensions (the sliding layers first: only their count matters)."""
+    types = ("sliding_attention",) * sliding_layers + ("full_attention",) * (layers - sliding_layers)
+    return ModelConfig(vocab_size=1, hidden_size=kv_heads * head_dim, intermediate_size=1, num_layers=layers,
+                       num_heads=kv_heads, num_kv_heads=kv_heads, head_dim=head_dim, max_position_embeddings=seq_len,
+                       sliding_window=window if sliding_layers else None, layer_types=types)
+
+
+def _window_blocks(config: ModelConfig, block_size: int, batch: int, seq_len: int) -> int:
+    return window_pool_blocks(config, EngineConfig(block_size=block_size, max_num_seqs=batch), seq_len)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -72,11 +81,11 @@ def run(args: argparse.Namespace) -> int:
     window = (args.block_size, sliding.get("sliding_layers", 0), sliding.get("sliding_window"))
     memory = parse_memory(args.memory)
     if memory == "auto":   # as `--kv-cache-memory auto` would size it on this host (engine/factory.py)
-        from haltwise.engine.kv_cache import auto_kv_memory
+        from haltwise.engine.kv_cache import auto_pool_memory
 
-        fixed = estimate(*shape, 0, *window)
-        memory = fixed.get("window_pool_bytes", 0) + auto_kv_memory(fixed["bytes_per_token"], args.block_size,
-                                                                     args.seq_len, args.batch)
+        config = shape_config(layers, kv_heads, head_dim, args.seq_len, *window[1:])
+        memory = auto_pool_memory(config, args.dtype, args.block_size, args.seq_len, args.batch,
+                                  _window_blocks(config, args.block_size, args.batch, args.seq_len))
     result = estimate(*shape, memory, *window)
     result.update(sliding)
     if args.json:
