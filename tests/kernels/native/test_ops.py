@@ -164,9 +164,9 @@ def test_interleaved_records_match_the_row_kernels(qtype: Q, rows: int, blocks: 
 
 
 # The AVX2 X8 kernels change loop order with the activation rows (kernels_x8_avx2.cpp, kernels_kx8_avx2.cpp):
-# tile order under 16 rows, span order (spans of up to 64 rows) from 16 for Q5_0 and Q6_K, steps order for
-# Q8_0. These row counts run each order and cross each boundary.
-LOOP_ORDER_ROWS = (15, 16, 17, 64, 65, 70)
+# the tile order, then the span order (spans of up to 64 rows) from 16 rows for Q5_0 and from 8 for Q6_K;
+# the steps order for Q8_0. These row counts run each order and cross each boundary.
+LOOP_ORDER_ROWS = (7, 8, 15, 16, 17, 64, 65, 70)
 
 
 @pytest.mark.parametrize("m", LOOP_ORDER_ROWS)

@@ -13,7 +13,8 @@
 // steps into registers and run each row through them; Q6_K from kSpanRows rows takes the span order of
 // kernels_x8_avx2.cpp: per span of up to kSpan rows, each sub-block's steps (|q| and q) are decoded once
 // into L1, then run step by step over the span's tiles, rows innermost (16 vectors held across a tile's
-// rows spilled registers; ~1.1-1.2x at 16-64 rows on a Zen 3 core).
+// rows spilled registers). On a Zen 3 core the span order ran Q6_K 1.16x at 8 rows, 1.3x at 12-32, and
+// 0.9x at 2-4; Q4_K's span order was slower at every row count (0.8x), so it keeps the tile order.
 // Batch invariant: activation row m has its own accumulator, fed block by block in one order by the same
 // instructions whatever the tile width MT, the loop order or the span (exact integer sums, then the same
 // float steps); threads split groups of output rows only.
@@ -100,7 +101,7 @@ inline void q6_k_block(const uint8_t* rec, const ActQ8& x, int64_t m0, int64_t x
 }
 
 constexpr int64_t kSpan = 64;       // activation rows per span (their accumulators: kSpan * 32 bytes)
-constexpr int64_t kSpanRows = 16;   // Q6_K takes the span order from this many activation rows
+constexpr int64_t kSpanRows = 8;    // Q6_K takes the span order from this many activation rows
 
 // Q6_K sub-block j (= 4h + u) of one record: its 8 step vectors of quants (-32..31) and their |q|.
 struct Q6Steps {

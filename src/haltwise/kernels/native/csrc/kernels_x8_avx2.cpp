@@ -17,8 +17,9 @@
 //   span   (Q5_0 from kSpanRows rows): per span of up to kSpan rows, every block: decode its 8 steps
 //          once into L1, then step by step over each tile of the span (the decode, 3 ops a step for
 //          Q5_0's fifth bit, is paid once per span instead of once per tile).
-// Measured on a Zen 3 core at 32 rows: Q8_0 ~1.3x the tile order, Q5_0 ~1.15x; the tile order stays
-// fastest for Q4 and for few rows. Batch invariant: every order computes the same exact integer sums and
+// Measured on a Zen 3 core: Q8_0's steps order ~1.25x the tile order at 4-64 rows; Q5_0's span order
+// ~1.2x at 16-64 rows but slower under 12 (a span of few rows pays its decode for few); Q4 fastest in
+// the tile order. Batch invariant: every order computes the same exact integer sums and
 // then, per activation row, the same float instructions block by block in one order, so a row's bits
 // never depend on the loop order, the tile, the span or the rows beside it (the tests compare bits
 // across row counts that cross kSpanRows and kSpan).
