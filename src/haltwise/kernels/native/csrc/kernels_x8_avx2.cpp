@@ -184,8 +184,12 @@ inline void group_span(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m
   }
 }
 
-void store_rows(const __m256* acc, int64_t rows, float* y, int64_t ldy, int64_t valid) {
-  for (int64_t j = 0; j < rows; ++j) {
+// Rows [0, rows) of acc to y (rows ldy apart), the first `valid` of each row's 8 lanes. MT > 0: rows = MT,
+// known at compile time (the tile order's stores, once per group and tile, stay a few instructions).
+template <int MT>
+inline void store_rows(const __m256* acc, int64_t rows, float* y, int64_t ldy, int64_t valid) {
+  const int64_t n = MT > 0 ? MT : rows;
+  for (int64_t j = 0; j < n; ++j) {
     float* out = y + j * ldy;
     if (valid == 8) {
       _mm256_storeu_ps(out, acc[j]);
@@ -209,22 +213,22 @@ void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, in
       for (int64_t m0 = 0; m0 < x.M; m0 += kSpan) {
         const int64_t rows = x.M - m0 < kSpan ? x.M - m0 : kSpan;
         group_span<Kind>(grp, nb, x, m0, rows, acc);
-        store_rows(acc, rows, y + m0 * ldy + n, ldy, valid);
+        store_rows<0>(acc, rows, y + m0 * ldy + n, ldy, valid);
       }
       continue;
     }
     int64_t m = 0;
     for (; m + 4 <= x.M; m += 4) {
       group_tile<Kind, 4>(grp, nb, x, m, acc);
-      store_rows(acc, 4, y + m * ldy + n, ldy, valid);
+      store_rows<4>(acc, 4, y + m * ldy + n, ldy, valid);
     }
+    float* out = y + m * ldy + n;
     switch (x.M - m) {
-      case 3: group_tile<Kind, 3>(grp, nb, x, m, acc); break;
-      case 2: group_tile<Kind, 2>(grp, nb, x, m, acc); break;
-      case 1: group_tile<Kind, 1>(grp, nb, x, m, acc); break;
+      case 3: group_tile<Kind, 3>(grp, nb, x, m, acc); store_rows<3>(acc, 3, out, ldy, valid); break;
+      case 2: group_tile<Kind, 2>(grp, nb, x, m, acc); store_rows<2>(acc, 2, out, ldy, valid); break;
+      case 1: group_tile<Kind, 1>(grp, nb, x, m, acc); store_rows<1>(acc, 1, out, ldy, valid); break;
       default: break;
     }
-    store_rows(acc, x.M - m, y + m * ldy + n, ldy, valid);
   }
 }
 
