@@ -161,3 +161,50 @@ def test_interleaved_records_match_the_row_kernels(qtype: Q, rows: int, blocks: 
     for isa in native.isas():
         y = native.gemm([torch.from_numpy(packed)], [code], [rows], x, isa).numpy()
         assert _relative(y, reference) < 1e-5, isa
+
+
+# The AVX2 X8 kernels change loop order with the activation rows (kernels_x8_avx2.cpp, kernels_kx8_avx2.cpp):
+# the tile order, then the span order (spans of up to 64 rows) from 16 rows for Q5_0 and from 8 for Q6_K;
+# the steps order for Q8_0. These row counts run each order and cross each boundary.
+LOOP_ORDER_ROWS = (7, 8, 15, 16, 17, 64, 65, 70)
+
+
+@pytest.mark.parametrize("m", LOOP_ORDER_ROWS)
+@pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
+def test_interleaved_records_match_in_every_loop_order(qtype: Q, m: int) -> None:
+    """Many activation rows: every ISA path gives the portable per-row kernel's numbers on the plain
+    blocks, and each row exactly the bits it gets computed alone (one row takes the tile order)."""
+    rng = np.random.default_rng(1000 * int(qtype) + m)
+    cols = 2 * max(BLOCK[qtype][0], 64)
+    data, _ = random_blocks(qtype, 21, cols, rng)                 # 21 rows: a ragged last group of 8
+    packed, code = repack_x8(data, qtype)
+    x = torch.from_numpy(rng.standard_normal((m, cols)).astype(np.float32))
+    x[:, 5] *= 30.0                                     # an outlier channel
+    reference = native.gemm([torch.from_numpy(data)], [int(qtype)], [21], x, "scalar").numpy()
+    for isa in native.isas():
+        y = native.gemm([torch.from_numpy(packed)], [code], [21], x, isa)
+        assert _relative(y.numpy(), reference) < 1e-5, isa
+        for i in (0, m // 2, m - 1):
+            alone = native.gemm([torch.from_numpy(packed)], [code], [21], x[i:i + 1], isa)
+            assert torch.equal(y[i:i + 1], alone), f"{isa}: row {i} of {m}"
+
+
+@pytest.mark.parametrize("act", [0, 1], ids=["silu", "gelu_tanh"])
+def test_gated_activation_has_the_portable_bits_on_every_path(act: int) -> None:
+    """The decode stack's gated activation (decode_math.inc; the AVX2 path runs 8 lanes at a time) gives the
+    portable path's bits for every input -- widths with tails of 1..7, values past fast_exp's clamp,
+    zeros of both signs, infinities and NaN -- and the activation's value within float rounding."""
+    special = torch.tensor([0.0, -0.0, 95.0, -95.0, 200.0, -200.0, float("inf"), float("-inf"), float("nan"), 1e-30])
+    for width in (8, 13, 64, 71):
+        gate = torch.randn(64, width, generator=torch.Generator().manual_seed(width)) * 4.0
+        gate[0, :min(width, special.numel())] = special[:width]
+        up = torch.randn(64, width, generator=torch.Generator().manual_seed(width + 1))
+        gu = torch.cat([gate, up], dim=1)
+        reference = native._gated_rows(gu, act, "scalar")
+        for isa in native.isas():
+            y = native._gated_rows(gu, act, isa)
+            assert torch.equal(y.view(torch.int32), reference.view(torch.int32)), f"{isa}, width {width}"
+        f = torch.nn.functional
+        exact = (f.silu(gate) if act == 0 else f.gelu(gate, approximate="tanh")) * up
+        finite = gate.abs() < 50.0
+        assert torch.allclose(reference[finite], exact[finite], rtol=1e-5, atol=1e-6)

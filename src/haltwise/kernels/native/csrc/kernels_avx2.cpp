@@ -5,7 +5,8 @@
 // signed bytes and adds pairs into int16 (|2 * 127 * 128| < 32768: no saturation for these ranges),
 // _mm256_madd_epi16 by ones widens pairs into int32. Signed weights use the sign trick
 // (|w| as unsigned, x carrying w's sign). One 32-input block of weights is unpacked once and used for
-// up to MT activation rows, so a decode step reads each weight byte once.
+// up to MT activation rows, so a decode step reads each weight byte once. The row-interleaved records'
+// kernels are in kernels_x8_avx2.cpp and kernels_kx8_avx2.cpp.
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c")
 #include <immintrin.h>
@@ -208,114 +209,6 @@ void rows(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t
   }
 }
 
-// --- row-interleaved records (quant_kernels.h): lane r of every vector is output row 8g + r ---
-//
-// Step s of a block multiplies inputs 4s..4s+3: the weight vector holds those 4 bytes of each of the
-// 8 rows, the activation vector the same 4 bytes of x broadcast to every lane. Q4 steps add up in
-// int16 (8 steps * 2 * 15 * 127 < 32768); Q8_0 steps widen to int32 each time.
-
-// Kind: 0 Q4_0, 1 Q4_1, 2 Q8_0, 3 Q5_0. Q5_0's weights are 0..31 (bias 16 in the offset); its int16
-// sums are widened every 4 steps (4 * 2 * 31 * 127 < 32768).
-template <int Kind, int MT>
-inline void group_tile(const uint8_t* grp, int64_t nb, const ActQ8& x, int64_t m0, __m256* acc) {
-  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : Kind == 2 ? 272 : 176;
-  constexpr int qoff = Kind == 1 ? 32 : Kind == 3 ? 48 : 16;
-  const int64_t nxb = x.K / QK;
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  const __m256i ones = _mm256_set1_epi16(1);
-  for (int j = 0; j < MT; ++j) acc[j] = _mm256_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* blk = grp + b * rec;
-    const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)blk));
-    __m256i w[8];
-    if (Kind == 2) {
-      for (int s = 0; s < 8; ++s) w[s] = load32(blk + qoff + 32 * s);
-    } else if (Kind == 3) {
-      const __m256i qh = load32(blk + 16), bit0 = _mm256_set1_epi32(0x01010101);
-      for (int s = 0; s < 4; ++s) {
-        const __m256i q = load32(blk + qoff + 32 * s);
-        const __m256i hi_lo = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, s), bit0), 4);
-        const __m256i hi_hi = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(qh, s + 4), bit0), 4);
-        w[s] = _mm256_or_si256(_mm256_and_si256(q, low4), hi_lo);
-        w[s + 4] = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q, 4), low4), hi_hi);
-      }
-    } else {
-      for (int s = 0; s < 4; ++s) {
-        const __m256i q = load32(blk + qoff + 32 * s);
-        w[s] = _mm256_and_si256(q, low4);
-        w[s + 4] = _mm256_and_si256(_mm256_srli_epi16(q, 4), low4);
-      }
-    }
-    __m256 offset = _mm256_setzero_ps();                       // per-row multiplier of xs
-    if (Kind == 0) offset = _mm256_mul_ps(d, _mm256_set1_ps(-8.0f));
-    if (Kind == 3) offset = _mm256_mul_ps(d, _mm256_set1_ps(-16.0f));
-    if (Kind == 1) offset = _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)(blk + 16)));
-    for (int j = 0; j < MT; ++j) {
-      const int32_t* xq = (const int32_t*)(x.q + (m0 + j) * x.K + b * QK);
-      __m256i isum;
-      if (Kind == 2) {
-        isum = _mm256_setzero_si256();
-        for (int s = 0; s < 8; ++s) {
-          const __m256i xv = _mm256_set1_epi32(xq[s]);
-          const __m256i p = _mm256_maddubs_epi16(_mm256_sign_epi8(w[s], w[s]), _mm256_sign_epi8(xv, w[s]));
-          isum = _mm256_add_epi32(isum, _mm256_madd_epi16(p, ones));
-        }
-      } else if (Kind == 3) {
-        __m256i a = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xq[0]));
-        __m256i b = _mm256_maddubs_epi16(w[4], _mm256_set1_epi32(xq[4]));
-        for (int s = 1; s < 4; ++s) {
-          a = _mm256_add_epi16(a, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xq[s])));
-          b = _mm256_add_epi16(b, _mm256_maddubs_epi16(w[s + 4], _mm256_set1_epi32(xq[s + 4])));
-        }
-        isum = _mm256_add_epi32(_mm256_madd_epi16(a, ones), _mm256_madd_epi16(b, ones));
-      } else {
-        __m256i s16 = _mm256_maddubs_epi16(w[0], _mm256_set1_epi32(xq[0]));
-        for (int s = 1; s < 8; ++s) s16 = _mm256_add_epi16(s16, _mm256_maddubs_epi16(w[s], _mm256_set1_epi32(xq[s])));
-        isum = _mm256_madd_epi16(s16, ones);
-      }
-      const int64_t xb = (m0 + j) * nxb + b;
-      acc[j] = _mm256_fmadd_ps(_mm256_mul_ps(d, _mm256_set1_ps(x.d[xb])), _mm256_cvtepi32_ps(isum), acc[j]);
-      if (Kind != 2) acc[j] = _mm256_fmadd_ps(offset, _mm256_set1_ps(x.s[xb]), acc[j]);
-    }
-  }
-}
-
-template <int Kind, int MT>
-inline void group_store(const __m256* acc, int64_t m0, float* y, int64_t ldy, int64_t n, int64_t valid) {
-  for (int j = 0; j < MT; ++j) {
-    float* out = y + (m0 + j) * ldy + n;
-    if (valid == 8) {
-      _mm256_storeu_ps(out, acc[j]);
-    } else {
-      alignas(32) float tmp[8];
-      _mm256_store_ps(tmp, acc[j]);
-      for (int64_t r = 0; r < valid; ++r) out[r] = tmp[r];
-    }
-  }
-}
-
-template <int Kind>
-void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  constexpr int rec = Kind == 0 ? 144 : Kind == 1 ? 160 : Kind == 2 ? 272 : 176;
-  const int64_t nb = group_bytes / rec;
-  __m256 acc[4];
-  for (int64_t n = n0; n < n1; n += 8) {
-    const uint8_t* grp = w + (n / 8) * group_bytes;
-    const int64_t valid = n1 - n < 8 ? n1 - n : 8;
-    int64_t m = 0;
-    for (; m + 4 <= x.M; m += 4) {
-      group_tile<Kind, 4>(grp, nb, x, m, acc);
-      group_store<Kind, 4>(acc, m, y, ldy, n, valid);
-    }
-    switch (x.M - m) {
-      case 3: group_tile<Kind, 3>(grp, nb, x, m, acc); group_store<Kind, 3>(acc, m, y, ldy, n, valid); break;
-      case 2: group_tile<Kind, 2>(grp, nb, x, m, acc); group_store<Kind, 2>(acc, m, y, ldy, n, valid); break;
-      case 1: group_tile<Kind, 1>(grp, nb, x, m, acc); group_store<Kind, 1>(acc, m, y, ldy, n, valid); break;
-      default: break;
-    }
-  }
-}
-
 void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1) {
   const int64_t nb = K / QK;
   const __m256 sign = _mm256_set1_ps(-0.0f);
@@ -355,13 +248,66 @@ void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int
 
 #include "decode_math.inc"
 
+// decode_math.inc's gated activation (gated_rows_impl), 8 lanes at a time (its fast_exp's clamp is control
+// flow, which GCC does not vectorise): per element the same IEEE operations in the same order, fast_exp's
+// clamp included (NaN passes through it, as through the ternaries), so every output has the scalar bits.
+inline __m256 fast_exp8(__m256 x) {
+  x = _mm256_blendv_ps(x, _mm256_set1_ps(88.0f), _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
+  x = _mm256_blendv_ps(x, _mm256_set1_ps(-87.0f), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
+  const __m256 magic = _mm256_set1_ps(12582912.0f);
+  const __m256 t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic);
+  const __m256 n = _mm256_sub_ps(t, magic);
+  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(magic));
+  const __m256 f = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f))),
+                                 _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
+  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
+  const float coefficients[5] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
+                                 5.0000001201e-1f};
+  for (const float c : coefficients) p = _mm256_add_ps(_mm256_mul_ps(p, f), _mm256_set1_ps(c));
+  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, f), f), f), _mm256_set1_ps(1.0f));
+  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23);
+  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
+}
+
+void gated_rows_avx2(const float* gu, int64_t rows, int64_t I, int act, float* y) {
+  const int64_t I8 = I / 8 * 8;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* g = gu + r * 2 * I;
+    const float* u = g + I;
+    float* yr = y + r * I;
+    for (int64_t i = 0; i < I8; i += 8) {
+      const __m256 x = _mm256_loadu_ps(g + i), ui = _mm256_loadu_ps(u + i);
+      __m256 out;
+      if (act == 0) {
+        const __m256 e = fast_exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
+        out = _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), ui);
+      } else {
+        const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
+        const __m256 e = fast_exp8(_mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), _mm256_add_ps(x, cube)));
+        const __m256 th = _mm256_sub_ps(_mm256_set1_ps(2.0f),
+                                        _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
+        out = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), th), ui);
+      }
+      _mm256_storeu_ps(yr + i, out);
+    }
+    if (I8 < I) {                                  // the tail, by the scalar code: g, u laid out as it wants
+      float tail[14];
+      for (int64_t i = I8; i < I; ++i) {
+        tail[i - I8] = g[i];
+        tail[i - I8 + (I - I8)] = u[i];
+      }
+      gated_rows_impl(tail, 1, I - I8, act, yr + I8);
+    }
+  }
+}
+
 }  // namespace
 
 const KernelTable& avx2_kernels() {
   static const KernelTable table = {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
-      rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>, q4_kx8_rows_avx2, q6_kx8_rows_avx2,
-      {rms_norm_rows_impl, rope_rows_impl, attend_impl, store_kv_impl, gated_rows_impl, dense_rows_impl},
+      q4_0x8_rows_avx2, q4_1x8_rows_avx2, q8_0x8_rows_avx2, q5_0x8_rows_avx2, q4_kx8_rows_avx2, q6_kx8_rows_avx2,
+      {rms_norm_rows_impl, rope_rows_impl, attend_impl, store_kv_impl, gated_rows_avx2, dense_rows_impl},
   };
   return table;
 }

@@ -165,6 +165,17 @@ torch::Tensor gemm(const std::vector<torch::Tensor>& weights, const std::vector<
   return y;
 }
 
+// Test hook: the decode stack's gated activation (MathKernels::gated_rows) on one ISA path; act 0 SiLU,
+// 1 GELU (tanh). gu (rows, 2I) float32, gate then up -> (rows, I).
+torch::Tensor gated_rows(const torch::Tensor& gu, int64_t act, const std::string& isa) {
+  TORCH_CHECK(gu.dim() == 2 && gu.scalar_type() == torch::kFloat32 && gu.size(1) % 2 == 0 && (act == 0 || act == 1),
+              "haltwise native: gu must be (rows, 2I) float32 and act 0 or 1");
+  const torch::Tensor g = gu.contiguous();
+  torch::Tensor y = torch::empty({g.size(0), g.size(1) / 2}, g.options());
+  table_for(isa).math.gated_rows(g.data_ptr<float>(), g.size(0), g.size(1) / 2, (int)act, y.data_ptr<float>());
+  return y;
+}
+
 std::string best_isa() { return cpu_has_avx2() ? "avx2" : "scalar"; }
 
 std::vector<std::string> isas() {
@@ -181,6 +192,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("weights"), pybind11::arg("qtypes"), pybind11::arg("rows"), pybind11::arg("x"), pybind11::arg("isa") = "auto");
   m.def("dense", &haltwise_native::dense, "y = x @ W.T in float32, one fixed-order dot per output (batch invariant)",
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("isa") = "auto");
+  m.def("_gated_rows", &haltwise_native::gated_rows, "test hook: the decode stack's gated activation on one ISA path",
+        pybind11::arg("gu"), pybind11::arg("act"), pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
   m.def("set_threads", &haltwise_native::set_pool_threads, "native pool threads (0: torch.get_num_threads())");

@@ -84,13 +84,22 @@ struct KernelTable {
   MathKernels math;
 };
 
-// The K-quant row-interleaved kernels (kernels_kx8_scalar.cpp; kernels_kx8_avx2.cpp, called only where
-// the CPU reports avx2, fma and f16c), RowsKernel's contract.
+// The row-interleaved kernels of the AVX2 path (kernels_x8_avx2.cpp, kernels_kx8_avx2.cpp: called only
+// where the CPU reports avx2, fma and f16c) and the K-quant ones of the scalar path (kernels_kx8_scalar.cpp),
+// RowsKernel's contract.
 void q4_kx8_rows_scalar(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
                         int64_t n1);
 void q6_kx8_rows_scalar(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
                         int64_t n1);
 #if defined(__x86_64__)
+void q4_0x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q4_1x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q8_0x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q5_0x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
 void q4_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
                       int64_t n1);
 void q6_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
