@@ -95,6 +95,12 @@ class EngineConfig:
     # verified per decode step; 0 = off. Exact: the tokens are those decoding without it gives. Runs only
     # where the steps are batch invariant (dtype auto); 2 measured fastest on SmolLM2 here (README).
     speculative_tokens: int = 2
+    # Drafts only in steps with at most this many decoding sequences (None = any number). A draft row costs
+    # about what a decode row costs once a step has a few rows (the kernels turn compute bound), so with
+    # several decodes a draft that is rejected, or even accepted, loses to plain decoding; a lone decode is
+    # bound by reading the weights and its draft rows come almost free. As vLLM's
+    # speculative_disable_by_batch_size; 1 measured best on all three catalog models here (README).
+    speculative_max_batch: int | None = 1
     # Sliding-window layers keep every position (and the prefix cache stays on) instead of only their
     # window in a pool of their own (engine/window_blocks.py); as llama.cpp's --swa-full.
     swa_full: bool = False
@@ -118,5 +124,7 @@ class EngineConfig:
             raise ValueError("block_size, max_num_seqs, max_num_batched_tokens and long_prefill_chunk must be >= 1")
         if self.speculative_tokens < 0:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
+        if self.speculative_max_batch is not None and self.speculative_max_batch < 1:
+            raise ValueError(f"speculative_max_batch must be >= 1 or None, got {self.speculative_max_batch}")
         if not 0.0 < self.watermark <= 1.0:
             raise ValueError(f"watermark must be in (0, 1], got {self.watermark}")

@@ -61,8 +61,10 @@ def test_lookup_is_incremental():
 
 # ---- the engine, on and off -----------------------------------------------------------------------------
 def engine(k: int, **config):
+    """Drafts in every step, whatever the batch (speculative_max_batch None): exactness is checked with
+    several sequences verifying runs in one step."""
     return build_engine(engine_config=EngineConfig(**{"dtype": "auto", "kv_cache_memory": 4 * 2**20, "speculative_tokens": k,
-                                                      **config}), tiny=True)
+                                                      "speculative_max_batch": None, **config}), tiny=True)
 
 
 def run(eng, prompts, params, ids: bool = False):
@@ -115,6 +117,31 @@ def test_seeded_sampling_identical_with_penalties_min_tokens_and_logprobs(seed):
     on, _ = run(engine(4), ECHO, plain)
     same(off, on)
     assert accepted(on) > 0
+
+
+def test_no_drafts_in_steps_with_more_decodes_than_speculative_max_batch():
+    """Three echo prompts ending at 40, 24 and 12 tokens, limit 2: the steps with three decodes draft
+    nothing, the later ones (two, then one decode) do, and the tokens are decoding's."""
+    off, _ = run(engine(0), ECHO[:3], greedy(40))
+    eng = engine(4, speculative_max_batch=2)
+    schedule, seen = eng.scheduler.schedule, []
+
+    def recording(*args, **kwargs):
+        out = schedule(*args, **kwargs)
+        seen.append((sum(s.is_decode for s in out.scheduled), sum(len(s.draft_token_ids) for s in out.scheduled)))
+        return out
+
+    eng.scheduler.schedule = recording
+    for i, (p, n) in enumerate(zip(ECHO[:3], (40, 24, 12))):
+        eng.add_request(f"r{i}", eng.tokenizer.encode(p), greedy(n))
+    final = {}
+    while eng.has_unfinished():
+        final.update((u.request_id, u) for u in eng.step() if u.finished)
+    assert all(drafts == 0 for decodes, drafts in seen if decodes > 2)
+    assert any(drafts > 0 for decodes, drafts in seen if decodes <= 2)
+    assert any(decodes == 3 for decodes, _ in seen)
+    for i, n in enumerate((40, 24, 12)):
+        assert final[f"r{i}"].outputs[0].token_ids == off[i].outputs[0].token_ids[:n]
 
 
 def test_each_position_is_sampled_after_the_drafts_accepted_before_it():
@@ -227,7 +254,7 @@ def start_freely(monkeypatch):
 
 
 def test_drafts_take_only_the_budget_left_after_every_decode():
-    sched = make(max_num_batched_tokens=5)
+    sched = make(max_num_batched_tokens=5, speculative_max_batch=None)
     decoding(sched, [[1, 2, 3], [4, 5, 6], [7, 8, 9]])
     out = sched.schedule(lambda seq, k: [9] * k)
     assert [s.num_new_tokens for s in out.scheduled] == [1, 1, 1]
@@ -236,12 +263,12 @@ def test_drafts_take_only_the_budget_left_after_every_decode():
 
 
 def test_drafts_never_preempt_and_shrink_to_the_free_blocks(start_freely):
-    sched = make(num_blocks=3, block_size=4)
+    sched = make(num_blocks=3, block_size=4, speculative_max_batch=None)
     decoding(sched, [[1, 2, 3], [4, 5, 6], [7, 8, 9]], 8)  # 4 tokens each: one full block each, none free
     out = sched.schedule(lambda seq, k: [9] * k)
     assert not out.preempted and len(out.scheduled) == 3
     assert all(not s.draft_token_ids for s in out.scheduled)
-    sched = make(num_blocks=4, block_size=4)
+    sched = make(num_blocks=4, block_size=4, speculative_max_batch=None)
     decoding(sched, [[1, 2, 3], [4, 5, 6], [7, 8, 9]], 8)  # one free block: 4 draft positions, for the first
     out = sched.schedule(lambda seq, k: [9] * k)
     assert not out.preempted

@@ -95,7 +95,7 @@ def _engine(dtype: str, swa_full: bool, memory: int) -> LLMEngine:
     net = tiny_llama(tokenizer.vocab_size, seed=3, max_model_len=128, **SLIDING)
     config = EngineConfig(dtype=dtype, block_size=BLOCK, kv_cache_memory=memory, max_model_len=128, max_num_seqs=4,
                           max_num_batched_tokens=16, long_prefill_chunk=8, swa_full=swa_full,
-                          enable_prefix_caching=False)
+                          enable_prefix_caching=False, speculative_max_batch=None)   # drafts beside others too
     if dtype == "auto":
         _plan(net, None, config, tokenizer)
     return LLMEngine(net, net.config, tokenizer, config, 128)

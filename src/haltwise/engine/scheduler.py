@@ -7,7 +7,8 @@ Each step spends a token budget (max_num_batched_tokens) over at most max_num_se
     3. waiting sequences (round-robin across requests, engine/fairness.py; start while blocks and the
        watermark allow; first chunk this step)
     4. speculative drafts for the decodes of step 1 (engine/speculation.py), from the budget and free
-       blocks left: drafts never preempt, delay or displace any sequence; short of either, none this step
+       blocks left: drafts never preempt, delay or displace any sequence; short of either, none this step;
+       none either in a step with more than speculative_max_batch decodes
 
 A step that needs a block when none is free preempts the most recently admitted running sequence:
 its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of the waiting queue
@@ -212,6 +213,9 @@ class Scheduler:
                     propose: Callable[[Sequence, int], list[int]]) -> None:
         """A run of 1 + k tokens appends at most k + 1 tokens: k stays below what max_tokens and the
         context window still allow, so a run never overruns either."""
+        limit = self.config.speculative_max_batch
+        if limit is not None and sum(s.is_decode for s in scheduled) > limit:
+            return
         for s in scheduled:
             if budget <= 0:
                 return

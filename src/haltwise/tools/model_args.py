@@ -48,7 +48,24 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt-lookup speculative decoding: verify up to K n-gram draft tokens per decode step "
                         "(exact: the same tokens as without it; default 2, 0 = off). See the README's "
                         "\"Speculative decoding\" for the measured speed-up")
+    p.add_argument("--speculative-max-batch", type=_batch_limit, default=1, metavar="N",
+                   help="draft only in steps with at most N decoding sequences (default 1; 'none' = any "
+                        "number): with several rows a step is compute bound and draft rows cost as much "
+                        "as decode rows")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
+
+
+def _batch_limit(text: str) -> int | None:
+    """argparse type of --speculative-max-batch: a positive count or 'none'."""
+    if text.lower() == "none":
+        return None
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a count >= 1 or 'none', got {text!r}")
+    return value
 
 
 def chat_template_file(path: str) -> str:
@@ -79,7 +96,8 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=not args.no_prefix_caching, swa_full=args.swa_full, max_queue=args.max_queue,
         watermark=args.watermark,
         batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
-        num_threads=args.threads, speculative_tokens=args.speculative_tokens)
+        num_threads=args.threads, speculative_tokens=args.speculative_tokens,
+        speculative_max_batch=args.speculative_max_batch)
 
 
 def read_model_config(model: str | None):
