@@ -48,7 +48,10 @@ def _load(args: argparse.Namespace) -> tuple[Any, Any, str]:
     from haltwise.config import EngineConfig
     from haltwise.engine.factory import build_engine
 
-    engine = build_engine(args.model, EngineConfig(dtype="auto", kv_cache_memory=16 * 2**20), tiny=args.tiny)
+    # The runs keep their own single-sequence caches (longctx_runner.SingleSequence): the engine's pool
+    # only has to hold one sequence of the model's window, which start-up checks (256 MiB: SmolLM2's 8k
+    # and the catalog's 32k windows in int8).
+    engine = build_engine(args.model, EngineConfig(dtype="auto", kv_cache_memory=256 * 2**20), tiny=args.tiny)
     return engine.runner.model, engine.tokenizer, "tiny" if args.tiny else (args.model or "smollm2-135m")
 
 

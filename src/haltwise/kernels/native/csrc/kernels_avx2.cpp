@@ -248,58 +248,7 @@ void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int
 
 #include "decode_math.inc"
 
-// decode_math.inc's gated activation (gated_rows_impl), 8 lanes at a time (its fast_exp's clamp is control
-// flow, which GCC does not vectorise): per element the same IEEE operations in the same order, fast_exp's
-// clamp included (NaN passes through it, as through the ternaries), so every output has the scalar bits.
-inline __m256 fast_exp8(__m256 x) {
-  x = _mm256_blendv_ps(x, _mm256_set1_ps(88.0f), _mm256_cmp_ps(x, _mm256_set1_ps(88.0f), _CMP_GT_OQ));
-  x = _mm256_blendv_ps(x, _mm256_set1_ps(-87.0f), _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ));
-  const __m256 magic = _mm256_set1_ps(12582912.0f);
-  const __m256 t = _mm256_add_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)), magic);
-  const __m256 n = _mm256_sub_ps(t, magic);
-  const __m256i ni = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(magic));
-  const __m256 f = _mm256_sub_ps(_mm256_sub_ps(x, _mm256_mul_ps(n, _mm256_set1_ps(0.693359375f))),
-                                 _mm256_mul_ps(n, _mm256_set1_ps(-2.12194440e-4f)));
-  __m256 p = _mm256_set1_ps(1.9875691500e-4f);
-  const float coefficients[5] = {1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f, 1.6666665459e-1f,
-                                 5.0000001201e-1f};
-  for (const float c : coefficients) p = _mm256_add_ps(_mm256_mul_ps(p, f), _mm256_set1_ps(c));
-  p = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(_mm256_mul_ps(p, f), f), f), _mm256_set1_ps(1.0f));
-  const __m256i bits = _mm256_slli_epi32(_mm256_add_epi32(ni, _mm256_set1_epi32(127)), 23);
-  return _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-}
-
-void gated_rows_avx2(const float* gu, int64_t rows, int64_t I, int act, float* y) {
-  const int64_t I8 = I / 8 * 8;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* g = gu + r * 2 * I;
-    const float* u = g + I;
-    float* yr = y + r * I;
-    for (int64_t i = 0; i < I8; i += 8) {
-      const __m256 x = _mm256_loadu_ps(g + i), ui = _mm256_loadu_ps(u + i);
-      __m256 out;
-      if (act == 0) {
-        const __m256 e = fast_exp8(_mm256_xor_ps(x, _mm256_set1_ps(-0.0f)));
-        out = _mm256_mul_ps(_mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0f), e)), ui);
-      } else {
-        const __m256 cube = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.044715f), x), x), x);
-        const __m256 e = fast_exp8(_mm256_mul_ps(_mm256_set1_ps(2.0f * 0.7978845608028654f), _mm256_add_ps(x, cube)));
-        const __m256 th = _mm256_sub_ps(_mm256_set1_ps(2.0f),
-                                        _mm256_div_ps(_mm256_set1_ps(2.0f), _mm256_add_ps(e, _mm256_set1_ps(1.0f))));
-        out = _mm256_mul_ps(_mm256_mul_ps(_mm256_mul_ps(_mm256_set1_ps(0.5f), x), th), ui);
-      }
-      _mm256_storeu_ps(yr + i, out);
-    }
-    if (I8 < I) {                                  // the tail, by the scalar code: g, u laid out as it wants
-      float tail[14];
-      for (int64_t i = I8; i < I; ++i) {
-        tail[i - I8] = g[i];
-        tail[i - I8 + (I - I8)] = u[i];
-      }
-      gated_rows_impl(tail, 1, I - I8, act, yr + I8);
-    }
-  }
-}
+#include "decode_math_avx2.inc"
 
 }  // namespace
 
@@ -307,7 +256,7 @@ const KernelTable& avx2_kernels() {
   static const KernelTable table = {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
       q4_0x8_rows_avx2, q4_1x8_rows_avx2, q8_0x8_rows_avx2, q5_0x8_rows_avx2, q4_kx8_rows_avx2, q6_kx8_rows_avx2,
-      {rms_norm_rows_impl, rope_rows_impl, attend_impl, store_kv_impl, gated_rows_avx2, dense_rows_impl},
+      {rms_norm_rows_impl, rope_rows_impl, attend_avx2, store_kv_impl, gated_rows_avx2, dense_rows_impl},
   };
   return table;
 }

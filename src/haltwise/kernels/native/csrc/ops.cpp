@@ -176,6 +176,31 @@ torch::Tensor gated_rows(const torch::Tensor& gu, int64_t act, const std::string
   return y;
 }
 
+// Test hook: the decode stack's paged attention (MathKernels::attend) on one ISA path. q (G, D) float32,
+// the query heads of kv head `kvh`; caches (blocks, block_size, KVH, D) float32 / bfloat16 or (.., D + 4)
+// int8; blocks: the sequence's block table. Positions [start, len) -> (G, D).
+torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
+                     const torch::Tensor& blocks, int64_t kvh, int64_t start, int64_t len, double scale,
+                     const std::string& isa) {
+  const int format = k_cache.scalar_type() == torch::kFloat32 ? KV_F32
+                     : k_cache.scalar_type() == torch::kBFloat16 ? KV_BF16 : KV_Q8;
+  const int64_t D = q.size(1), G = q.size(0), block_size = k_cache.size(1), KVH = k_cache.size(2);
+  TORCH_CHECK(q.dim() == 2 && q.scalar_type() == torch::kFloat32 && D % 8 == 0 && k_cache.dim() == 4 &&
+              k_cache.sizes() == v_cache.sizes() && k_cache.scalar_type() == v_cache.scalar_type() &&
+              (format != KV_Q8 || k_cache.scalar_type() == torch::kChar) &&
+              k_cache.size(3) == (format == KV_Q8 ? D + 4 : D) && blocks.scalar_type() == torch::kLong &&
+              0 <= kvh && kvh < KVH && 0 <= start && start < len && len <= blocks.numel() * block_size,
+              "haltwise native: attend arguments do not fit together");
+  const torch::Tensor qc = q.contiguous(), kc = k_cache.contiguous(), vc = v_cache.contiguous();
+  const torch::Tensor bc = blocks.contiguous();
+  TORCH_CHECK(bc.max().item<int64_t>() < kc.size(0) && bc.min().item<int64_t>() >= 0, "haltwise native: block out of range");
+  torch::Tensor out = torch::empty({G, D}, q.options());
+  std::vector<float> scratch(G * (len - start) + D);
+  table_for(isa).math.attend(qc.data_ptr<float>(), D, G, kc.data_ptr(), vc.data_ptr(), format, bc.data_ptr<int64_t>(),
+                             block_size, KVH, kvh, D, start, len, (float)scale, out.data_ptr<float>(), D, scratch.data());
+  return out;
+}
+
 std::string best_isa() { return cpu_has_avx2() ? "avx2" : "scalar"; }
 
 std::vector<std::string> isas() {
@@ -194,6 +219,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         pybind11::arg("x"), pybind11::arg("w"), pybind11::arg("isa") = "auto");
   m.def("_gated_rows", &haltwise_native::gated_rows, "test hook: the decode stack's gated activation on one ISA path",
         pybind11::arg("gu"), pybind11::arg("act"), pybind11::arg("isa") = "auto");
+  m.def("_attend", &haltwise_native::attend, "test hook: the decode stack's paged attention on one ISA path",
+        pybind11::arg("q"), pybind11::arg("k_cache"), pybind11::arg("v_cache"), pybind11::arg("blocks"),
+        pybind11::arg("kvh"), pybind11::arg("start"), pybind11::arg("len"), pybind11::arg("scale"),
+        pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
   m.def("set_threads", &haltwise_native::set_pool_threads, "native pool threads (0: torch.get_num_threads())");

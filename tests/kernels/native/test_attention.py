@@ -1,0 +1,80 @@
+"""The decode stack's paged attention (csrc/decode_math.inc; the AVX2 path in decode_math_avx2.inc runs 8
+lanes at a time): the portable path's bits on every path, and softmax(q k^T) v within float rounding."""
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from haltwise.kernels.native import build
+
+native = build.load()
+pytestmark = pytest.mark.skipif(native is None, reason=f"native kernels unavailable: {build.failure()}")
+BLOCK = 4
+
+
+def paged(values: torch.Tensor, fmt: str, order: torch.Tensor, kvh: int, kv_heads: int) -> torch.Tensor:
+    """values (n, D) float32 -> a cache (blocks, BLOCK, kv_heads, D[+4]) holding them at kv head `kvh`,
+    position p in block order[p // BLOCK]; other heads and spare blocks hold noise."""
+    n, D = values.shape
+    blocks = int(order.max()) + 2
+    noise = torch.randn(blocks, BLOCK, kv_heads, D)
+    if fmt == "float32":
+        cache = noise
+        stored = values
+    elif fmt == "bfloat16":
+        cache, stored = noise.bfloat16(), values.bfloat16()
+    else:   # int8: D values then the row's float32 scale, max|x| / 127
+        cache = torch.zeros(blocks, BLOCK, kv_heads, D + 4, dtype=torch.int8)
+        scale = values.abs().amax(dim=1, keepdim=True) / 127
+        q = torch.where(scale > 0, torch.round(values / scale), torch.zeros_like(values)).to(torch.int8)
+        stored = torch.cat([q, scale.view(torch.int8).reshape(n, 4)], dim=1)
+    for p in range(n):
+        cache[order[p // BLOCK], p % BLOCK, kvh] = stored[p]
+    return cache
+
+
+def dequantized(cache: torch.Tensor, order: torch.Tensor, kvh: int, n: int, D: int) -> torch.Tensor:
+    rows = torch.stack([cache[order[p // BLOCK], p % BLOCK, kvh] for p in range(n)])
+    if rows.dtype == torch.int8:
+        return rows[:, :D].float() * rows[:, D:].contiguous().view(torch.float32)
+    return rows.float()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["float32", "bfloat16", "int8"]), st.sampled_from([1, 3, 4, 7, 8, 9, 16]),
+       st.sampled_from([8, 64, 72, 256]), st.integers(1, 70), st.integers(0, 69), st.integers(0, 2**16))
+def test_every_path_has_the_portable_bits(fmt, G, D, n, start, seed):
+    """Query heads 1-16 (one and several groups of 8), head sizes with and without a multiple of 64,
+    1-70 positions (softmax tails of 0-7), a window start, each KV format."""
+    start = min(start, n - 1)
+    gen = torch.Generator().manual_seed(seed)
+    kv_heads, kvh = 2, seed % 2
+    order = torch.randperm(n // BLOCK + 3, generator=gen)[: -(-n // BLOCK)]
+    torch.manual_seed(seed)
+    k = paged(torch.randn(n, D, generator=gen) * 3, fmt, order, kvh, kv_heads)
+    v = paged(torch.randn(n, D, generator=gen), fmt, order, kvh, kv_heads)
+    q = torch.randn(G, D, generator=gen)
+    reference = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, "scalar")
+    for isa in native.isas():
+        out = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, isa)
+        assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
+    keys, values = (dequantized(c, order, kvh, n, D)[start:] for c in (k, v))
+    exact = torch.softmax(q.double() @ keys.double().T * D ** -0.5, dim=-1) @ values.double()
+    assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=1e-5)
+
+
+def test_scores_past_fast_exp_clamp_and_equal_maxima():
+    """Scores far below the max (exp clamps at -87) and ties for the max, including zeros of both signs."""
+    D, n, order = 64, 24, torch.arange(6)
+    for keys in (torch.zeros(n, D), torch.eye(n, D) * 400.0, -torch.eye(n, D) * 400.0):
+        k = paged(keys, "float32", order, 0, 1)
+        v = paged(torch.randn(n, D), "float32", order, 0, 1)
+        q = torch.ones(3, D)
+        q[1] = -0.0
+        reference = native._attend(q, k, v, order, 0, 0, n, 1.0, "scalar")
+        for isa in native.isas():
+            out = native._attend(q, k, v, order, 0, 0, n, 1.0, isa)
+            assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
+        assert torch.isfinite(reference).all()
