@@ -22,7 +22,7 @@ from dataclasses import replace
 
 from haltwise.bench.common import median
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
-from haltwise.tools.model_args import add_model_arguments, engine_config_from
+from haltwise.tools.model_args import add_model_arguments, batch_limit, engine_config_from
 
 CODE = ("def area(w, h):\n    return w * h\n\n\ndef perimeter(w, h):\n    return 2 * (w + h)\n\n\n"
         "def describe(w, h):\n    return f\"{w} x {h}: area {area(w, h)}, perimeter {perimeter(w, h)}\"\n")
@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
     parser.add_argument("--speculative-k", type=int, nargs="+", default=[2, 4, 8], dest="ks",
                         help="draft lengths K to compare with off (default 2 4 8)")
-    parser.add_argument("--max-batch", nargs="+", default=None, dest="limits",
+    parser.add_argument("--max-batch", nargs="+", type=batch_limit, default=None, dest="limits",
                         help="speculative_max_batch values to compare for each K (a count or 'none'; "
                              "default: the engine's)")
     parser.add_argument("--concurrency", type=int, default=1, help="copies of each prompt run at once")
@@ -98,8 +98,7 @@ def run(args: argparse.Namespace) -> int:
         return 1
     print(engine.describe(), file=sys.stderr)
     prompts = {name: [_encode(engine.tokenizer, p) for p in texts] for name, texts in PROMPTS.items()}
-    limits = [engine.config.speculative_max_batch] if args.limits is None else [
-        None if v.lower() == "none" else int(v) for v in args.limits]
+    limits = [engine.config.speculative_max_batch] if args.limits is None else args.limits
     settings = [(0, limits[0]), *((k, limit) for k in args.ks for limit in limits)]
     # (set, (K, max batch)) -> lists of (tokens after the first, seconds, drafted, accepted)
     runs: dict[tuple[str, tuple[int, int | None]], list[tuple[int, float, int, int]]] = {}
@@ -125,7 +124,8 @@ def run(args: argparse.Namespace) -> int:
             r = runs[(name, (k, limit))]
             drafted, accepted = sum(x[2] for x in r), sum(x[3] for x in r)
             rate = _rate(r)
-            rows.append({"set": name, "k": k, "max_batch": limit if k else None, "tok_s": round(rate, 1), "ratio": round(rate / base, 3),
+            rows.append({"set": name, "k": k, "max_batch": limit if k else None, "tok_s": round(rate, 1),
+                         "ratio": round(rate / base, 3),
                          "acceptance": round(accepted / drafted, 3) if drafted else None,
                          "accepted_per_step": round(accepted / max(1, sum(x[0] for x in r) - accepted), 3)})
     print(f"concurrency {args.concurrency}")

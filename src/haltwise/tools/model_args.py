@@ -48,15 +48,15 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="prompt-lookup speculative decoding: verify up to K n-gram draft tokens per decode step "
                         "(exact: the same tokens as without it; default 2, 0 = off). See the README's "
                         "\"Speculative decoding\" for the measured speed-up")
-    p.add_argument("--speculative-max-batch", type=_batch_limit, default=1, metavar="N",
+    p.add_argument("--speculative-max-batch", type=batch_limit, default=1, metavar="N",
                    help="draft only in steps with at most N decoding sequences (default 1; 'none' = any "
                         "number): with several rows a step is compute bound and draft rows cost as much "
                         "as decode rows")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
-def _batch_limit(text: str) -> int | None:
-    """argparse type of --speculative-max-batch: a positive count or 'none'."""
+def batch_limit(text: str) -> int | None:
+    """argparse type of a speculative_max_batch value: a positive count, or 'none' (None)."""
     if text.lower() == "none":
         return None
     try:
