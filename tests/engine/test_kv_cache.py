@@ -79,26 +79,6 @@ def test_the_same_budget_holds_more_tokens_in_a_smaller_kv_dtype():
     assert engine.budget.num_tokens == KVBudget.from_memory(engine.model_config, "int8", 16, memory).num_tokens
 
 
-@pytest.mark.parametrize("shape", [(3, 4, 2, 20), (600, 16, 3, 68)])    # 1 KiB (torch.zeros), 2 MiB (a map)
-def test_committed_zeros_are_zero_writable_and_resident(shape):
-    from haltwise.engine.kv_cache import committed_zeros
-
-    t = committed_zeros(shape, torch.int8)
-    assert t.shape == shape and t.dtype == torch.int8 and t.is_contiguous() and not t.any()
-    t[-1, -1, -1, -1] = 7
-    assert t.sum() == 7
-    before = _rss()
-    u = committed_zeros(shape, torch.bfloat16)   # committed at once: the resident set grows by its bytes now
-    assert u.float().abs().sum() == 0 and (shape[0] < 600 or _rss() - before >= u.numel() * 2 * 0.9)
-
-
-def _rss() -> int:
-    for line in open("/proc/self/status"):
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
-
-
 def test_the_sliding_layers_get_their_own_pool_only_where_it_holds_more_tokens():
     """Gemma-shaped (2 of 3 layers slide): the own pool is a fixed cost, so a budget it would mostly eat keeps
     one pool for every layer (the user asked for little memory; the window pool must not refuse them)."""

@@ -21,7 +21,7 @@ from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
 from haltwise.engine.speculation import Speculator, run_heads, speculation_unsupported
-from haltwise.engine.window_blocks import WindowBlocks, window_pool_blocks
+from haltwise.engine.window_blocks import WindowBlocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import SamplingParams
@@ -57,7 +57,10 @@ class EngineStats:
 class LLMEngine:
     def __init__(self, model: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer,
                  engine_config: EngineConfig, max_model_len: int, generation_eos_ids: tuple[int, ...] = (),
-                 default_timeout: float | None = None):
+                 default_timeout: float | None = None,
+                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
+        """kv_caches: the pool of KVBudget.of_engine(...), already allocated (build_engine commits its pages
+        while the tokenizer and the plan build); None allocates and commits it here."""
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.config = engine_config
@@ -66,9 +69,7 @@ class LLMEngine:
         self.eos_token_ids = tokenizer.eos_token_ids(tuple(generation_eos_ids) + tuple(model_config.eos_token_ids))
         self.special_token_texts = tokenizer.special_token_texts()
         self.reasoning_tags = ReasoningTags.of(tokenizer)   # None: no think sections (split_reasoning is a no-op)
-        self.budget = KVBudget.from_memory(model_config, engine_config.kv_dtype, engine_config.block_size,
-                                           engine_config.kv_cache_memory,
-                                           window_pool_blocks(model_config, engine_config, max_model_len))
+        self.budget = KVBudget.of_engine(model_config, engine_config, max_model_len)
         if self.budget.num_blocks < 1:
             raise ValueError(f"kv_cache_memory {engine_config.kv_cache_memory} bytes is less than one block")
         window = (WindowBlocks(self.budget.window_blocks, engine_config.block_size, model_config.sliding_window)
@@ -76,7 +77,8 @@ class LLMEngine:
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
                                         engine_config.enable_prefix_caching and window is None, window)
         self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
-        self.runner = maybe_wrap(ModelRunner(model, allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype),
+        kv_caches = kv_caches or allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
+        self.runner = maybe_wrap(ModelRunner(model, kv_caches,
                                              engine_config.block_size))
         self.sampler = Sampler()
         why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""

@@ -6,13 +6,14 @@ import logging
 import time
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
-from haltwise.engine.kv_cache import KVBudget, auto_pool_memory
+from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
+from haltwise.engine.page_commit import PageCommit
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.native import build as native_kernels
@@ -56,17 +57,27 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
     weights_dtype = "bfloat16" if config.dtype == "bfloat16" else "float32"
     loaded = load_model(model, dtype=weights_dtype, rope_scaling=rope_scaling, max_model_len=config.max_model_len,
                         mapped=config.dtype == "auto")   # every linear will be planned: keep them in the file
+    config = _size_kv(config, loaded.config, loaded.max_model_len)
+    config = replace(config, max_model_len=loaded.max_model_len)
+    # The pool's pages are committed on the other core while the tokenizer and the plan build (page_commit.py).
+    commit = PageCommit()
+    kv_caches = allocate_kv_caches(loaded.config, KVBudget.of_engine(loaded.config, config, loaded.max_model_len),
+                                   config.kv_dtype, commit.zeros)
+    commit.start()
     tok_start = time.perf_counter()
     tokenizer = Tokenizer.from_gguf(loaded.path) if loaded.format == "gguf" else Tokenizer.from_hf_dir(loaded.path)
     log.info("loaded %s in %.2fs (tokenizer %.2fs)", loaded.path, time.perf_counter() - start,
              time.perf_counter() - tok_start)
-    config = _size_kv(config, loaded.config, loaded.max_model_len)
-    config = replace(config, max_model_len=loaded.max_model_len)
-    plan = _plan(loaded.model, loaded.path, config, tokenizer) if config.dtype == "auto" else None
+    plan = (_plan(loaded.model, loaded.path, config, tokenizer, before_timing=commit.wait)
+            if config.dtype == "auto" else None)
     if loaded.mapped:    # the plan copied the blocks it runs: the file's pages need not stay counted twice
         open_gguf(loaded.path).drop_resident_pages()
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
-                       generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout)
+                       generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout,
+                       kv_caches=kv_caches)
+    wait_start = time.perf_counter()
+    commit.wait()      # an engine is returned with its whole pool committed
+    log.info("KV pool committed (%.2fs waited for it)", time.perf_counter() - wait_start)
     engine.kernel_plan = plan
     # The model, tokenizer and vocab tables live as long as the engine: keep them out of the cyclic
     # collector's full passes, which otherwise walk them every few hundred steps (~5% of a decode step).
@@ -92,7 +103,8 @@ def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> E
     return config
 
 
-def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, tokenizer: Tokenizer) -> KernelPlan:
+def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, tokenizer: Tokenizer,
+          before_timing: Callable[[], None] | None = None) -> KernelPlan:
     """Swap the model's linears for the host's plan (LLMEngine.describe prints it beside the KV budget),
     verified on this model's activations, then give steps the native layer stack where it can run them:
     every step under the batch-invariant default, decode-only steps otherwise."""
@@ -100,7 +112,8 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, token
     native_kernels.load()    # build or load the extension now, never inside a step (the watchdog would fire)
     calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:min(CALIBRATION_TOKENS, model.max_model_len)]
     plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant,
-                              calibrate=lambda planned: capture_inputs(planned, calibration))
+                              calibrate=lambda planned: capture_inputs(planned, calibration),
+                              before_timing=before_timing)
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
     model.model.native_decode = None
     if config.native_decode:

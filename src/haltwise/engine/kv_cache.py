@@ -10,14 +10,15 @@ with the numbers (a prompt that long could never run).
 from __future__ import annotations
 
 import math
-import mmap
 import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from haltwise.config import ModelConfig
+from haltwise.config import EngineConfig, ModelConfig
+from haltwise.engine.page_commit import committed_zeros
+from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.models.kv_codec import KV_DTYPES, cache_tensor
 
 KV_AUTO_FRACTION = 0.10       # share of available RAM the auto pool takes
@@ -53,6 +54,13 @@ class KVBudget:
         main = max(0, memory_bytes - window_blocks * block_size * window_per_token)
         own = cls(per_token, block_size, main // (per_token * block_size), window_blocks, window_per_token)
         return own if own.num_blocks > shared.num_blocks else shared
+
+    @classmethod
+    def of_engine(cls, model_config: ModelConfig, engine_config: EngineConfig, max_model_len: int) -> "KVBudget":
+        """The pool an engine of this config holds (kv_cache_memory already resolved to bytes)."""
+        return cls.from_memory(model_config, engine_config.kv_dtype, engine_config.block_size,
+                               engine_config.kv_cache_memory,
+                               window_pool_blocks(model_config, engine_config, max_model_len))
 
     @property
     def num_tokens(self) -> int:
@@ -145,27 +153,16 @@ def parse_memory(text: str | int | float, total_ram: int | None = None) -> int |
     return int(value)
 
 
-def allocate_kv_caches(config: ModelConfig, budget: KVBudget, dtype: str) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def allocate_kv_caches(config: ModelConfig, budget: KVBudget, dtype: str, zeros=committed_zeros
+                       ) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per layer (K, V), each (num_blocks, block_size, kv_heads, row width) in the KV dtype's storage
-    (models/kv_codec.py), zero-filled (touches the memory now); a sliding layer has budget.window_blocks
-    blocks when its pool is its own."""
+    (models/kv_codec.py), zero-filled by zeros(shape, dtype) (committed_zeros: its pages committed on return;
+    a PageCommit's zeros: committed once it is waited for); a sliding layer has budget.window_blocks blocks
+    when its pool is its own."""
     assert dtype in KV_DTYPES, dtype
 
     def one(layer: int) -> torch.Tensor:
         blocks = budget.window_blocks if budget.window_blocks and config.is_sliding(layer) else budget.num_blocks
-        return cache_tensor(dtype, blocks, budget.block_size, config.num_kv_heads, config.head_dim, committed_zeros)
+        return cache_tensor(dtype, blocks, budget.block_size, config.num_kv_heads, config.head_dim, zeros)
 
     return [(one(i), one(i)) for i in range(config.num_layers)]
-
-
-def committed_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
-    """A zero tensor whose pages are committed now. Past 1 MiB it comes straight from the kernel, an anonymous
-    map populated in one call (MAP_POPULATE): its pages arrive zeroed, so they are written once, where
-    torch.zeros faults each page in (zeroed) and then writes the zeros again (~40% of a 2.3 GB pool's start
-    time here). Elsewhere, or smaller, torch.zeros."""
-    nbytes = math.prod(shape) * torch.empty((), dtype=dtype).element_size()
-    flags = getattr(mmap, "MAP_POPULATE", None)
-    if flags is None or nbytes < 2**20:
-        return torch.zeros(shape, dtype=dtype)
-    pages = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | flags)
-    return torch.frombuffer(pages, dtype=dtype).view(shape)     # the tensor keeps the map alive

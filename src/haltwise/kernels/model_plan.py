@@ -30,8 +30,8 @@ def native_identity() -> str:
 
 def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFormat] | None = None,
                host: HostInfo | None = None, use_cache: bool = True, batch_invariant: bool = False,
-               calibrate: Callable[[nn.Module], dict[str, torch.Tensor]] | None = None
-               ) -> tuple[KernelPlan, dict[str, int]]:
+               calibrate: Callable[[nn.Module], dict[str, torch.Tensor]] | None = None,
+               before_timing: Callable[[], None] | None = None) -> tuple[KernelPlan, dict[str, int]]:
     """Measure (or read from the cache) the plan for every nn.Linear of `model`, then apply it.
 
     model_path identifies the weights for the cache (None: an in-memory model, keyed by its shapes only).
@@ -40,7 +40,9 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     applied: every planned linear is verified on them (kernels/verify.py) and a failing one falls back.
     The verdict is cached with the plan, so a start that reads the plan from the cache applies the same
     fallbacks without calibrating or verifying again (the cache key names the native build, the host and
-    the model file: what was verified is what runs). Returns the plan and how many linears run each format.
+    the model file: what was verified is what runs). before_timing() is called before kernels are timed
+    (only when the cache lacks the plan): whatever runs beside the start must be done by then.
+    Returns the plan and how many linears run each format.
     """
     host = host or probe()
     formats = all_formats() if formats is None else formats
@@ -53,6 +55,8 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
                               f"{shapes}|invariant={batch_invariant}|{native_identity()}")
     plan = plan_cache.load(key) if use_cache else None
     if plan is None or set(plan.groups) != set(groups):
+        if before_timing is not None:
+            before_timing()
         plan = measure_plan([s for _, _, s in sources], formats, host, cache_key=key, batch_invariant=batch_invariant)
         if plan.noisy:
             log.warning("the host was too busy to time %d kernel-plan cells (%s ...); this plan is used "

@@ -1,0 +1,60 @@
+"""Zero tensors whose pages are committed in a background thread (engine/page_commit.py)."""
+import ctypes
+import errno
+
+import pytest
+import torch
+
+from haltwise.engine import page_commit
+from haltwise.engine.page_commit import PageCommit, can_populate_later, committed_zeros
+
+
+@pytest.mark.parametrize("shape", [(3, 4, 2, 20), (600, 16, 3, 68)])    # 1 KiB (torch.zeros), 2 MiB (a map)
+def test_committed_zeros_are_zero_writable_and_resident(shape):
+    t = committed_zeros(shape, torch.int8)
+    assert t.shape == shape and t.dtype == torch.int8 and t.is_contiguous() and not t.any()
+    t[-1, -1, -1, -1] = 7
+    assert t.sum() == 7
+    before = _rss()
+    u = committed_zeros(shape, torch.bfloat16)   # committed at once: the resident set grows by its bytes now
+    assert u.float().abs().sum() == 0 and (shape[0] < 600 or _rss() - before >= u.numel() * 2 * 0.9)
+
+
+def test_regions_are_usable_at_once_and_resident_once_waited_for():
+    commit = PageCommit()
+    shapes = [(64, 16, 4, 1024), (32, 16, 2, 68), (2, 3)]           # 4 MiB, 68 KiB... (torch.zeros), 6 bytes
+    tensors = [commit.zeros(shape, torch.int8) for shape in shapes]
+    mapped = tensors[0].numel()
+    before = _rss()
+    commit.start()
+    tensors[0][5, 3, 1, 7] = 9                   # written while the thread may still be committing it
+    commit.wait()
+    grown = _rss() - before
+    assert [t.shape for t in tensors] == [torch.Size(s) for s in shapes]
+    assert int(tensors[0].sum()) == 9 and not tensors[1].any() and not tensors[2].any()
+    if can_populate_later():                     # else zeros() populated the map when it made it
+        assert grown >= 0.9 * mapped, (grown, mapped)
+    commit.wait()                                # idempotent
+
+
+def test_a_refused_commit_fails_the_wait_with_memory_error(monkeypatch):
+    if not can_populate_later():
+        pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
+
+    def refuse(address, length, advice):
+        ctypes.set_errno(errno.ENOMEM)
+        return -1
+
+    monkeypatch.setattr(page_commit, "_madvise", refuse)
+    commit = PageCommit()
+    commit.zeros((4, 2**20), torch.int8)
+    commit.start()
+    with pytest.raises(MemoryError, match="commit the KV pool"):
+        commit.wait()
+
+
+def _rss() -> int:
+    for line in open("/proc/self/status"):
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
