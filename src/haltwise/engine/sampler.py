@@ -9,9 +9,11 @@ closing a reasoning section) gets that token; its seeded generator draws nothing
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 
+from haltwise.kernels.native import build
 from haltwise.outputs import TokenLogprob
 from haltwise.sampling_params import SamplingParams
 from haltwise.structured.bitmask import GrammarMask, apply_bitmask
@@ -38,6 +40,11 @@ class SamplerOutput:
 
 
 class Sampler:
+    def __init__(self) -> None:
+        native = build.load()
+        self._argmax: Callable[[torch.Tensor], torch.Tensor] = (
+            native.argmax_rows if native is not None else lambda x: x.max(dim=-1).indices)
+
     def __call__(self, logits: torch.Tensor, rows: list[SamplingRow],
                  grammar: GrammarMask | None = None) -> SamplerOutput:
         """logits: (B, V) float32, one row per entry of rows; grammar: bitmasks for the constrained rows."""
@@ -73,18 +80,17 @@ class Sampler:
                     _ban(logits[i], rows[i].masked_token_ids, lift_if_empty=i in constrained)
         token_ids = torch.empty(len(rows), dtype=torch.long)
         greedy = [i for i, r in enumerate(rows) if r.params.greedy]
-        # max(dim) returns the first maximal index, as argmax does, ~2.5x faster on CPU for (32, 49152).
-        # Under a grammar one max over all rows serves both the dead-row test and the greedy choice (a
-        # second pass, plus a gather of the constrained rows, cost as much as the mask itself).
-        best = logits.max(dim=-1) if grammar is not None or len(greedy) == len(rows) else None
-        if grammar is not None:
+        # A greedy pick is the first maximal index (torch's max(dim) and argmax agree). Under a grammar one
+        # max over all rows serves both the dead-row test and the greedy choice (a second pass, plus a gather
+        # of the constrained rows, cost as much as the mask itself); otherwise the native argmax_rows, one
+        # pass 32 lanes wide (Gemma's (32, 262144): torch's max took ~20 ms a step on one thread).
+        best = logits.max(dim=-1) if grammar is not None else None
+        if best is not None:
             no_legal = _dead_rows(logits, grammar.rows, best.values)
-        if best is not None and len(greedy) == len(rows):
-            token_ids = best.indices                     # a dead row's pick is never used
-        elif best is not None and greedy:
-            token_ids[greedy] = best.indices[greedy]
+        if greedy and len(greedy) == len(rows):
+            token_ids = best.indices if best is not None else self._argmax(logits)   # a dead row's pick is unused
         elif greedy:
-            token_ids[greedy] = logits[greedy].max(dim=-1).indices
+            token_ids[greedy] = best.indices[greedy] if best is not None else self._argmax(logits[greedy])
         sampled = [i for i, r in enumerate(rows) if not r.params.greedy and r.forced_token_id is None]
         if sampled:
             probs = _filtered_probs(logits[sampled], [rows[i].params for i in sampled])   # (S, V)

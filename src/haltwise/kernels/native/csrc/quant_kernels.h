@@ -73,6 +73,9 @@ struct MathKernels {
   // y[m * ldy + n] = W[n, :] . x[m, :] in float32 for rows n in [n0, n1) of the (N, K) weight, every m.
   void (*dense_rows)(const float* w, const float* x, int64_t M, int64_t K, float* y, int64_t ldy, int64_t n0,
                      int64_t n1);
+  // The first index of the largest of x[0..n), 1 <= n < 2^31, as torch.max(dim) picks it. x holds no NaN
+  // (the sampler zeroes a row that holds one before it picks); -inf and +inf are ordinary values.
+  int64_t (*argmax)(const float* x, int64_t n);
 };
 
 // The kernels of one ISA; a null entry means "not implemented for this ISA: use the scalar one".
