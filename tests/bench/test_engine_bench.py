@@ -3,7 +3,8 @@ import json
 
 import torch
 
-from haltwise.bench.engine_bench import TINY, engine_label, run_order, token_prompts
+from haltwise.bench.common import token_prompts
+from haltwise.bench.engine_bench import TINY, engine_label, run_order
 from haltwise.bench.haltwise_runner import HaltwiseRunner, fixed_length_params, sibling_engine
 from haltwise.bench.hf_runner import HFRunner, hf_twin_of
 from haltwise.cli import main

@@ -54,6 +54,17 @@ def long_text(min_chars: int = 0) -> str:
     return text
 
 
+def token_prompts(tokenizer: Any, n: int, length: int, offset_tokens: int = 0) -> list[list[int]]:
+    """n distinct prompts of exactly `length` tokens: consecutive windows of real prose."""
+    need = offset_tokens + n * length
+    chars = need * 6
+    ids = tokenizer.encode(long_text(chars)[:chars], add_special_tokens=False)
+    while len(ids) < need:  # long_text pads with filler, so doubling always ends
+        chars *= 2
+        ids = tokenizer.encode(long_text(chars)[:chars], add_special_tokens=False)
+    return [ids[offset_tokens + i * length: offset_tokens + (i + 1) * length] for i in range(n)]
+
+
 def parse_engine_options(items: Sequence[str] | None) -> dict[str, Any]:
     """["max_num_batched_tokens=1024", "enable_chunked_prefill=false"] -> EngineConfig keyword arguments.
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from haltwise.bench import common
-from haltwise.bench.common import Progress, median, record
+from haltwise.bench.common import Progress, median, record, token_prompts
 from haltwise.bench.haltwise_runner import HaltwiseRunner
 
 KV_MEMORY = 256 * 2**20   # per engine: several engines share this process
@@ -19,7 +19,6 @@ KV_MEMORY = 256 * 2**20   # per engine: several engines share this process
 
 def run_dtypes(dtypes: list[str], sizes: Any, repeats: int, model: str | None, tiny: bool, progress: Progress,
                engine_options: dict[str, Any] | None = None) -> dict[str, Any]:
-    from haltwise.bench.engine_bench import token_prompts
     from haltwise.llm import LLM
 
     options = {"enable_prefix_caching": False, "kv_cache_memory": KV_MEMORY, **(engine_options or {})}

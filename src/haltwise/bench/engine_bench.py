@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from haltwise.bench import common
-from haltwise.bench.common import Progress, median, record
+from haltwise.bench.common import Progress, median, record, token_prompts
 from haltwise.bench.haltwise_runner import HaltwiseRunner, sibling_engine
 
 
@@ -220,14 +220,3 @@ def _chunked(llm: Any, sizes: Sizes, repeats: int, progress: Progress) -> list[d
     rows[0]["ratio"] = on / off if on and off else None
     rows[1]["ratio"] = 1.0
     return rows
-
-
-def token_prompts(tokenizer: Any, n: int, length: int, offset_tokens: int = 0) -> list[list[int]]:
-    """n distinct prompts of exactly `length` tokens: consecutive windows of real prose."""
-    need = offset_tokens + n * length
-    chars = need * 6
-    ids = tokenizer.encode(common.long_text(chars)[:chars], add_special_tokens=False)
-    while len(ids) < need:  # long_text pads with filler, so doubling always ends
-        chars *= 2
-        ids = tokenizer.encode(common.long_text(chars)[:chars], add_special_tokens=False)
-    return [ids[offset_tokens + i * length: offset_tokens + (i + 1) * length] for i in range(n)]

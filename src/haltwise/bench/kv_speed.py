@@ -14,8 +14,8 @@ import argparse
 from typing import Any
 
 from haltwise.bench import common
-from haltwise.bench.common import Progress, median, record
-from haltwise.bench.engine_bench import common_arguments, token_prompts
+from haltwise.bench.common import Progress, median, record, token_prompts
+from haltwise.bench.engine_bench import common_arguments
 from haltwise.bench.haltwise_runner import HaltwiseRunner, sibling_engine
 from haltwise.models.kv_codec import KV_DTYPES
 

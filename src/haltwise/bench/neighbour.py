@@ -24,8 +24,8 @@ import time
 from typing import Any
 
 from haltwise.bench import common
-from haltwise.bench.common import Progress, median, record
-from haltwise.bench.engine_bench import common_arguments, token_prompts
+from haltwise.bench.common import Progress, median, record, token_prompts
+from haltwise.bench.engine_bench import common_arguments
 from haltwise.bench.haltwise_runner import HaltwiseRunner
 
 BUSY = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"

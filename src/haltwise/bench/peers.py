@@ -24,8 +24,8 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from haltwise.bench import common, llama_cpp
-from haltwise.bench.common import Progress, median, record
-from haltwise.bench.engine_bench import common_arguments, token_prompts
+from haltwise.bench.common import Progress, median, record, token_prompts
+from haltwise.bench.engine_bench import common_arguments
 
 
 @dataclass(frozen=True)
