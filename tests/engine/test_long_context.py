@@ -44,7 +44,7 @@ def test_max_model_len_beyond_what_the_scaling_supports_is_refused():
 
 @pytest.mark.slow
 def test_yarn_factor_2_serves_the_9000_token_prompt(prompt_9000):
-    llm = LLM(dtype="auto", rope_scaling=YARN_2X, max_model_len=16384, kv_cache_memory=768 * 2**20)  # 16k tokens fit
+    llm = LLM(rope_scaling=YARN_2X, max_model_len=16384, kv_cache_memory=768 * 2**20)  # one 16k sequence: 720 MiB
     assert llm.engine.max_model_len == 16384
     assert llm.engine.budget.num_tokens >= 9000 + 3                 # the KV pool holds the whole request
     out = llm.generate(prompt_9000, greedy(3, ignore_eos=True))[0]

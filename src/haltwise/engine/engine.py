@@ -77,9 +77,9 @@ class LLMEngine:
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
                                         engine_config.enable_prefix_caching and window is None, window)
         self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
-        kv_caches = kv_caches or allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
-        self.runner = maybe_wrap(ModelRunner(model, kv_caches,
-                                             engine_config.block_size))
+        if kv_caches is None:
+            kv_caches = allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
+        self.runner = maybe_wrap(ModelRunner(model, kv_caches, engine_config.block_size))
         self.sampler = Sampler()
         why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""
         if why_not:
