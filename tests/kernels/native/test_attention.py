@@ -78,3 +78,32 @@ def test_scores_past_fast_exp_clamp_and_equal_maxima():
             out = native._attend(q, k, v, order, 0, 0, n, 1.0, isa)
             assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
         assert torch.isfinite(reference).all()
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["float32", "bfloat16", "int8"]), st.sampled_from([1, 3, 4, 7, 9]), st.sampled_from([8, 64, 72]),
+       st.lists(st.tuples(st.integers(1, 60), st.integers(0, 60)), min_size=1, max_size=12),
+       st.booleans(), st.integers(0, 2**16))
+def test_rows_of_one_sequence_get_each_rows_own_bits(fmt, G, D, spans, prefill, seed):
+    """attend_rows: 1-12 rows of one sequence (vectors in groups of 8 that straddle rows) each get
+    attend's bits for that row alone. prefill: consecutive positions with a common window (a chunk's
+    rows); otherwise any lengths and window starts, so groups have heads and tails of their own."""
+    gen = torch.Generator().manual_seed(seed)
+    if prefill:
+        first, window = spans[0]
+        lens = [first + i for i in range(len(spans))]
+        starts = [max(0, n - window) if window else 0 for n in lens]
+    else:
+        lens = [n for n, _ in spans]
+        starts = [min(s, n - 1) for n, s in spans]
+    n = max(lens)
+    kv_heads, kvh = 2, seed % 2
+    order = torch.randperm(n // BLOCK + 3, generator=gen)[: -(-n // BLOCK)]
+    k = paged(torch.randn(n, D, generator=gen) * 3, fmt, order, kvh, kv_heads)
+    v = paged(torch.randn(n, D, generator=gen), fmt, order, kvh, kv_heads)
+    q = torch.randn(len(lens), G, D, generator=gen)
+    reference = torch.stack([native._attend(q[i], k, v, order, kvh, starts[i], lens[i], D ** -0.5, "scalar")
+                             for i in range(len(lens))])
+    for isa in native.isas():
+        out = native._attend_rows(q, k, v, order, kvh, torch.tensor(starts), torch.tensor(lens), D ** -0.5, isa)
+        assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa

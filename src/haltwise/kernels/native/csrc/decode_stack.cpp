@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "native_linear.h"
+#include "row_tiles.h"
 #include "thread_pool.h"
 
 namespace haltwise_native {
@@ -178,8 +179,17 @@ class DecodeStack {
     int64_t longest = 0;
     for (int64_t t = 0; t < T; ++t) longest = std::max(longest, lens[t]);
     const int64_t G = H_ / KVH_;
-    const int64_t per_thread = G * std::max<int64_t>(longest, 1) + D_;   // scores, then one dequantized row
+    bool sliding = false;
+    for (const StackLayer& L : layers_) sliding = sliding || L.window > 0;
+    const std::vector<RowTile> tiles = row_tiles(block_tables, T);
+    const std::vector<RowTile> window_tiles = sliding ? row_tiles(window_tables, T) : tiles;
+    int64_t tile_rows = 1;
+    for (const auto* list : {&tiles, &window_tiles})
+      for (const RowTile& tile : *list) tile_rows = std::max(tile_rows, tile.rows);
+    // attend_rows' scratch (decode_math.inc)
+    const int64_t per_thread = (tile_rows * G + 9) * std::max<int64_t>(longest, 1) + D_;
     std::vector<float> scratch(pool_threads() * per_thread);
+    std::vector<int64_t> starts(T);
     const int kv_format = k_caches.empty() ? (int)KV_F32 : format_of(k_caches[0]);
     std::vector<int64_t> rows_of(KVH_);
     const MathKernels& m = table_.math;
@@ -224,14 +234,19 @@ class DecodeStack {
       }
       float* ap = attn.data_ptr<float>();
       const float scale = L.scale;
-      const int64_t window = L.window;
-      parallel_chunks(0, T * KVH_, 1, [&](int64_t b, int64_t e) {
+      for (int64_t t = 0; t < T; ++t) starts[t] = L.window > 0 && lens[t] > L.window ? lens[t] - L.window : 0;
+      const std::vector<RowTile>& layer_tiles = L.window > 0 ? window_tiles : tiles;
+      const int64_t num_tiles = (int64_t)layer_tiles.size();
+      parallel_chunks(0, num_tiles * KVH_, 1, [&](int64_t b, int64_t e) {
         float* mine = scratch.data() + pool_thread_index() * per_thread;
         for (int64_t task = b; task < e; ++task) {
-          const int64_t t = task / KVH_, kvh = task % KVH_;
-          const int64_t len = lens[t], start = window > 0 && len > window ? len - window : 0;
-          m.attend(qp + t * width + kvh * G * D_, D_, G, kcp, vcp, kv_format, tables + t * nb, block_size, KVH_, kvh, D_,
-                   start, len, scale, ap + t * q_size + kvh * G * D_, D_, mine);
+          // the last tiles first: a prefill chunk's latest rows attend to the most positions, and a
+          // chunk claimed early leaves the short ones to even out the threads' shares at the end
+          const RowTile& tile = layer_tiles[num_tiles - 1 - task / KVH_];
+          const int64_t t = tile.first, kvh = task % KVH_;
+          m.attend_rows(qp + t * width + kvh * G * D_, width, tile.rows, G, kcp, vcp, kv_format, tables + t * nb,
+                        block_size, KVH_, kvh, D_, starts.data() + t, lens + t, scale, ap + t * q_size + kvh * G * D_,
+                        q_size, mine);
         }
       });
       linear(L.linears[O], bucket, attn, proj);

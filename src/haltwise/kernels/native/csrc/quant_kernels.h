@@ -66,6 +66,11 @@ struct MathKernels {
   void (*attend)(const float* q, int64_t ldq, int64_t G, const void* k_cache, const void* v_cache, int kv_format,
                  const int64_t* blocks, int64_t block_size, int64_t kv_heads, int64_t kvh, int64_t D,
                  int64_t start, int64_t len, float scale, float* out, int64_t ldo, float* scratch);
+  // attend for `rows` rows of one sequence (decode_math.inc attend_rows_impl): each row's exact values.
+  void (*attend_rows)(const float* q, int64_t ldq_row, int64_t rows, int64_t G, const void* k_cache,
+                      const void* v_cache, int kv_format, const int64_t* blocks, int64_t block_size,
+                      int64_t kv_heads, int64_t kvh, int64_t D, const int64_t* starts, const int64_t* lens,
+                      float scale, float* out, int64_t ldo_row, float* scratch);
   // Store rows [0, rows) of x (rows of D float32, ldx apart) as cache rows dst_rows[i] in `kv_format`.
   void (*store_kv)(const float* x, int64_t ldx, int64_t rows, void* cache, int kv_format, const int64_t* dst_rows,
                    int64_t D);
