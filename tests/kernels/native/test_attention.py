@@ -107,3 +107,26 @@ def test_rows_of_one_sequence_get_each_rows_own_bits(fmt, G, D, spans, prefill, 
     for isa in native.isas():
         out = native._attend_rows(q, k, v, order, kvh, torch.tensor(starts), torch.tensor(lens), D ** -0.5, isa)
         assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
+
+
+@pytest.mark.parametrize("fmt", ["float32", "int8"])
+@pytest.mark.parametrize("window", [0, 100, 200])
+def test_rows_across_position_blocks(fmt, window):
+    """Contexts of 250-300 positions go over the vector path's position blocks (128): each row's head,
+    common and tail pieces cross block boundaries and still sum in attend's order."""
+    gen = torch.Generator().manual_seed(window)
+    G, D, n = 3, 64, 300
+    order = torch.randperm(n // BLOCK + 3, generator=gen)[: -(-n // BLOCK)]
+    k = paged(torch.randn(n, D, generator=gen) * 3, fmt, order, 1, 2)
+    v = paged(torch.randn(n, D, generator=gen), fmt, order, 1, 2)
+    for lens in ([250 + i for i in range(12)], [300, 129, 128, 127, 260, 1, 255, 256, 257]):
+        starts = [max(0, x - window) if window else 0 for x in lens]
+        q = torch.randn(len(lens), G, D, generator=gen)
+        reference = torch.stack([native._attend(q[i], k, v, order, 1, starts[i], lens[i], 0.125, "scalar")
+                                 for i in range(len(lens))])
+        for isa in native.isas():
+            out = native._attend_rows(q, k, v, order, 1, torch.tensor(starts), torch.tensor(lens), 0.125, isa)
+            assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), (isa, lens)
+            single = torch.stack([native._attend(q[i], k, v, order, 1, starts[i], lens[i], 0.125, isa)
+                                  for i in range(len(lens))])
+            assert torch.equal(single.view(torch.int32), reference.view(torch.int32)), (isa, lens)

@@ -59,6 +59,12 @@ inline int64_t kv_row_bytes(int format, int64_t D) {
 }
 
 // The decode step's float32 math (decode_math.inc documents each).
+// Positions attention takes at a time on a vector path: their K/V rows and weights stay in L1/L2 while
+// every group of query vectors (scores) and every 8 values of D (values) go over them. Attention's
+// scratch holds (query vectors + 1) x positions + kAttendExtraScratch + D floats: scores, V row scales,
+// then a block of one group's weights (8 x kPositionBlock), or the scalar path's dequantized row.
+constexpr int64_t kPositionBlock = 128;
+constexpr int64_t kAttendExtraScratch = 8 * kPositionBlock;
 struct MathKernels {
   void (*rms_norm_rows)(const float* x, int64_t ldx, const float* w, float eps, bool plus_one, float* y,
                         int64_t ldy, int64_t rows, int64_t dim);
