@@ -1,4 +1,4 @@
-"""The decode stack's paged attention (csrc/decode_math.inc; the AVX2 path in decode_math_avx2.inc runs 8
+"""The decode stack's paged attention (csrc/decode_math.inc; the AVX2 path in attend_avx2.inc runs 8
 lanes at a time): the portable path's bits on every path, and softmax(q k^T) v within float rounding."""
 from __future__ import annotations
 

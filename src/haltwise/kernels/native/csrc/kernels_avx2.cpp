@@ -252,6 +252,8 @@ void quantize_avx2(const float* x, int64_t K, int8_t* q, float* d, float* s, int
 
 #include "decode_math_avx2.inc"
 
+#include "attend_kernels_avx2.inc"
+
 #include "attend_avx2.inc"
 
 }  // namespace
@@ -260,7 +262,7 @@ const KernelTable& avx2_kernels() {
   static const KernelTable table = {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
       q4_0x8_rows_avx2, q4_1x8_rows_avx2, q8_0x8_rows_avx2, q5_0x8_rows_avx2, q4_kx8_rows_avx2, q6_kx8_rows_avx2,
-      {rms_norm_rows_impl, rope_rows_impl, attend_avx2, attend_rows_avx2, store_kv_impl, gated_rows_avx2, dense_rows_impl, argmax_avx2},
+      {rms_norm_rows_impl, rope_rows_impl, attend_rows_avx2, store_kv_impl, gated_rows_avx2, dense_rows_impl, argmax_avx2},
   };
   return table;
 }

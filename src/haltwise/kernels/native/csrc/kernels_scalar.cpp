@@ -215,7 +215,7 @@ const KernelTable& scalar_kernels() {
       rows_generic<decode_q4_0>, rows_generic<decode_q4_1>, rows_generic<decode_q5_0>,
       rows_generic<decode_q8_0>, rows_generic<decode_q4_k>, rows_generic<decode_q6_k>,
       rows_x8<0>, rows_x8<1>, rows_x8<2>, rows_x8<3>, q4_kx8_rows_scalar, q6_kx8_rows_scalar,
-      {rms_norm_rows_impl, rope_rows_impl, attend_impl, attend_rows_impl, store_kv_impl, gated_rows_impl, dense_rows_impl, argmax_impl},
+      {rms_norm_rows_impl, rope_rows_impl, attend_rows_impl, store_kv_impl, gated_rows_impl, dense_rows_impl, argmax_impl},
   };
   return table;
 }

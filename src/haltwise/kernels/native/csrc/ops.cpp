@@ -176,9 +176,6 @@ torch::Tensor gated_rows(const torch::Tensor& gu, int64_t act, const std::string
   return y;
 }
 
-// Test hook: the decode stack's paged attention (MathKernels::attend) on one ISA path. q (G, D) float32,
-// the query heads of kv head `kvh`; caches (blocks, block_size, KVH, D) float32 / bfloat16 or (.., D + 4)
-// int8; blocks: the sequence's block table. Positions [start, len) -> (G, D).
 // The KVFormat of a test hook's caches, after checking q (G, D) fits them and [start, len) fits the table.
 int checked_attend_format(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                           const torch::Tensor& blocks, int64_t kvh, int64_t start, int64_t len) {
@@ -196,6 +193,9 @@ int checked_attend_format(const torch::Tensor& q, const torch::Tensor& k_cache, 
   return format;
 }
 
+// Test hook: the decode stack's paged attention of one row (MathKernels::attend_rows) on one ISA path. q
+// (G, D) float32, the query heads of kv head `kvh`; caches (blocks, block_size, KVH, D) float32 / bfloat16
+// or (.., D + 4) int8; blocks: the sequence's block table. Positions [start, len) -> (G, D).
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                      const torch::Tensor& blocks, int64_t kvh, int64_t start, int64_t len, double scale,
                      const std::string& isa) {
@@ -205,8 +205,9 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const
   const torch::Tensor bc = blocks.contiguous();
   torch::Tensor out = torch::empty({G, D}, q.options());
   std::vector<float> scratch((G + 1) * (len - start) + kAttendExtraScratch + D);
-  table_for(isa).math.attend(qc.data_ptr<float>(), D, G, kc.data_ptr(), vc.data_ptr(), format, bc.data_ptr<int64_t>(),
-                             block_size, KVH, kvh, D, start, len, (float)scale, out.data_ptr<float>(), D, scratch.data());
+  table_for(isa).math.attend_rows(qc.data_ptr<float>(), G * D, 1, G, kc.data_ptr(), vc.data_ptr(), format,
+                                  bc.data_ptr<int64_t>(), block_size, KVH, kvh, D, &start, &len, (float)scale,
+                                  out.data_ptr<float>(), G * D, scratch.data());
   return out;
 }
 

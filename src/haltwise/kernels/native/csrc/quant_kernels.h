@@ -58,21 +58,20 @@ inline int64_t kv_row_bytes(int format, int64_t D) {
   return format == KV_F32 ? 4 * D : format == KV_BF16 ? 2 * D : D + 4;
 }
 
-// The decode step's float32 math (decode_math.inc documents each).
 // Positions attention takes at a time on a vector path: their K/V rows and weights stay in L1/L2 while
 // every group of query vectors (scores) and every 8 values of D (values) go over them. Attention's
 // scratch holds (query vectors + 1) x positions + kAttendExtraScratch + D floats: scores, V row scales,
 // then a block of one group's weights (8 x kPositionBlock), or the scalar path's dequantized row.
 constexpr int64_t kPositionBlock = 128;
 constexpr int64_t kAttendExtraScratch = 8 * kPositionBlock;
+
+// The decode step's float32 math (decode_math.inc documents each).
 struct MathKernels {
   void (*rms_norm_rows)(const float* x, int64_t ldx, const float* w, float eps, bool plus_one, float* y,
                         int64_t ldy, int64_t rows, int64_t dim);
   void (*rope_rows)(float* x, int64_t ld, int64_t heads, const float* cos, const float* sin, int64_t D);
-  void (*attend)(const float* q, int64_t ldq, int64_t G, const void* k_cache, const void* v_cache, int kv_format,
-                 const int64_t* blocks, int64_t block_size, int64_t kv_heads, int64_t kvh, int64_t D,
-                 int64_t start, int64_t len, float scale, float* out, int64_t ldo, float* scratch);
-  // attend for `rows` rows of one sequence (decode_math.inc attend_rows_impl): each row's exact values.
+  // Paged attention of `rows` rows of one sequence (decode_math.inc attend_rows_impl): each row gets
+  // attend_t's values for it alone (a decode row is one row).
   void (*attend_rows)(const float* q, int64_t ldq_row, int64_t rows, int64_t G, const void* k_cache,
                       const void* v_cache, int kv_format, const int64_t* blocks, int64_t block_size,
                       int64_t kv_heads, int64_t kvh, int64_t D, const int64_t* starts, const int64_t* lens,
