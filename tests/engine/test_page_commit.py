@@ -53,6 +53,33 @@ def test_a_refused_commit_fails_the_wait_with_memory_error(monkeypatch):
         commit.wait()
 
 
+def test_pages_are_committed_a_chunk_per_call_covering_each_region(monkeypatch):
+    """madvise holds the mmap lock while it populates: each call covers at most COMMIT_CHUNK_BYTES, so a
+    map made by another thread (every large numpy or torch array) waits for one chunk, not the pool."""
+    if not can_populate_later():
+        pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
+    calls = []
+    real = page_commit._madvise
+
+    def record(address, length, advice):
+        calls.append((address, length))
+        return real(address, length, advice)
+
+    monkeypatch.setattr(page_commit, "_madvise", record)
+    commit = PageCommit()
+    chunk = page_commit.COMMIT_CHUNK_BYTES
+    regions = [commit.zeros((n,), torch.int8) for n in (3 * chunk + 4096, 2 * chunk)]
+    commit.start()
+    commit.wait()
+    assert all(length <= chunk for _, length in calls)
+    for region in regions:
+        start, end = region.data_ptr(), region.data_ptr() + region.numel()
+        covered = sorted((a, a + n) for a, n in calls if start <= a < end)
+        assert covered[0][0] == start and covered[-1][1] == end
+        assert all(a == b for (_, b), (a, _) in zip(covered, covered[1:]))      # no gap, no overlap
+    assert len(calls) == 4 + 2
+
+
 def _rss() -> int:
     for line in open("/proc/self/status"):
         if line.startswith("VmRSS:"):

@@ -7,6 +7,10 @@ unpopulated instead (instant; an untouched page reads as zero whenever it is tou
 usable at once) and one thread asks the kernel to populate them with madvise(MADV_POPULATE_WRITE), called
 through ctypes, which releases the GIL: the tokenizer and the kernel plan build on the other core
 meanwhile. wait() returns once every page is committed, and raises MemoryError if the host refused one.
+madvise holds the process's mmap lock while it populates, and every mmap/munmap of the other threads (numpy
+and torch map each large array) waits for it: one call over a 2.3 GB pool stalled the kernel plan's ~0.3 s of
+regrouping for 3-4 s here. The thread therefore populates COMMIT_CHUNK_BYTES per call (~0.5 ms each),
+so another thread's map waits at most one chunk.
 Where madvise cannot populate (Linux before 5.14) each region is populated as it is mapped (MAP_POPULATE);
 without anonymous maps, or under SMALL_BYTES, torch.zeros. Either way a page arrives zeroed from the kernel
 and is written once, where torch.zeros faults each page in (zeroed) and writes the zeros again (~40% of a
@@ -25,6 +29,7 @@ import torch
 
 MADV_POPULATE_WRITE = 23     # linux/mman.h, since 5.14: fault every page in writable, as a write would
 SMALL_BYTES = 2**20          # smaller regions come from torch.zeros (a map per tensor is not worth it)
+COMMIT_CHUNK_BYTES = 2**20   # bytes per madvise call: the longest the mmap lock is held at a time
 
 
 class PageCommit:
@@ -66,10 +71,12 @@ class PageCommit:
 
     def _populate(self, regions: list[torch.Tensor]) -> None:
         for region in regions:
-            if _madvise(region.data_ptr(), region.numel() * region.element_size(), MADV_POPULATE_WRITE) != 0:
-                code = ctypes.get_errno()
-                self._error = OSError(code, os.strerror(code))
-                return
+            address, nbytes = region.data_ptr(), region.numel() * region.element_size()
+            for start in range(0, nbytes, COMMIT_CHUNK_BYTES):
+                if _madvise(address + start, min(COMMIT_CHUNK_BYTES, nbytes - start), MADV_POPULATE_WRITE) != 0:
+                    code = ctypes.get_errno()
+                    self._error = OSError(code, os.strerror(code))
+                    return
 
 
 def committed_zeros(shape: tuple[int, ...], dtype: torch.dtype) -> torch.Tensor:
