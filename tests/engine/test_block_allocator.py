@@ -167,9 +167,9 @@ class AllocatorMachine(RuleBasedStateMachine):
     """
 
     @initialize(num_blocks=st.integers(1, 24), block_size=st.sampled_from([1, 2, 4, 16]),
-                caching=st.booleans())
-    def setup(self, num_blocks: int, block_size: int, caching: bool) -> None:
-        self.alloc = BlockAllocator(num_blocks, block_size, enable_prefix_caching=caching)
+                caching=st.booleans(), usable=st.none() | st.integers(0, 24))
+    def setup(self, num_blocks: int, block_size: int, caching: bool, usable: int | None) -> None:
+        self.alloc = BlockAllocator(num_blocks, block_size, enable_prefix_caching=caching, usable_blocks=usable)
         self.live: list[Sequence] = []
         self.kv: dict[int, int] = {}
 
@@ -224,6 +224,18 @@ class AllocatorMachine(RuleBasedStateMachine):
             self.alloc.free(seq)
         assert seq.block_table == []
 
+    @rule(more=st.integers(0, 30))
+    def commit_more(self, more: int) -> None:
+        """Pages committed: blocks up to num_usable_blocks + more (capped at the pool) may be handed out."""
+        before = self.alloc.num_usable_blocks
+        self.alloc.make_usable(before + more)
+        assert self.alloc.num_usable_blocks == min(before + more, self.alloc.num_blocks)
+
+    @rule()
+    def host_refused_the_rest(self) -> None:
+        self.alloc.shrink_to_usable()
+        assert self.alloc.num_blocks == self.alloc.num_usable_blocks
+
     @invariant()
     def books_balance(self) -> None:
         if not hasattr(self, "alloc"):
@@ -237,7 +249,8 @@ class AllocatorMachine(RuleBasedStateMachine):
         for b in range(alloc.num_blocks):
             assert alloc.ref_count(b) == refs.get(b, 0)
         assert alloc.num_used_blocks == len(refs)
-        assert alloc.num_free_blocks + alloc.num_used_blocks == alloc.num_blocks
+        assert all(b < alloc.num_usable_blocks for b in refs)          # never a block not yet committed
+        assert alloc.num_free_blocks + alloc.num_used_blocks == alloc.num_usable_blocks <= alloc.num_blocks
         allocated = sum(len(s.block_table) for s in self.live) * alloc.block_size
         unused = sum(len(s.block_table) * alloc.block_size - min(s.num_tokens, len(s.block_table) * alloc.block_size)
                      for s in self.live)
@@ -251,7 +264,7 @@ class AllocatorMachine(RuleBasedStateMachine):
             return
         for seq in self.live:
             self.alloc.free(seq)
-        assert self.alloc.num_free_blocks == self.alloc.num_blocks
+        assert self.alloc.num_free_blocks == self.alloc.num_usable_blocks
         assert self.alloc.num_live_seqs == 0
         assert all(self.alloc.ref_count(b) == 0 for b in range(self.alloc.num_blocks))
 

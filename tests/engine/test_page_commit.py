@@ -1,6 +1,7 @@
 """Zero tensors whose pages are committed in a background thread (engine/page_commit.py)."""
 import ctypes
 import errno
+import mmap
 
 import pytest
 import torch
@@ -71,13 +72,70 @@ def test_pages_are_committed_a_chunk_per_call_covering_each_region(monkeypatch):
     regions = [commit.zeros((n,), torch.int8) for n in (3 * chunk + 4096, 2 * chunk)]
     commit.start()
     commit.wait()
-    assert all(length <= chunk for _, length in calls)
+    assert all(length <= chunk + mmap.PAGESIZE for _, length in calls)
     for region in regions:
         start, end = region.data_ptr(), region.data_ptr() + region.numel()
         covered = sorted((a, a + n) for a, n in calls if start <= a < end)
         assert covered[0][0] == start and covered[-1][1] == end
         assert all(a == b for (_, b), (a, _) in zip(covered, covered[1:]))      # no gap, no overlap
     assert len(calls) == 4 + 2
+
+
+def _gated(monkeypatch, calls_before_gate: int, refuse: bool = False):
+    """_madvise that lets `calls_before_gate` calls through, then blocks (or refuses with ENOMEM)
+    until the returned event is set."""
+    import threading
+    gate, calls, real = threading.Event(), [], page_commit._madvise
+
+    def gated(address, length, advice):
+        calls.append((address, length))
+        if len(calls) > calls_before_gate:
+            if refuse:
+                ctypes.set_errno(errno.ENOMEM)
+                return -1
+            gate.wait()
+        return real(address, length, advice)
+
+    monkeypatch.setattr(page_commit, "_madvise", gated)
+    return gate, calls
+
+
+def test_wait_for_rows_returns_once_every_region_has_those_rows(monkeypatch):
+    """Rows are committed round by round across the regions: waiting for the first rows does not wait for
+    the rest, and the calls made by then cover those rows of every region (the longer ones' too)."""
+    if not can_populate_later():
+        pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
+    chunk = page_commit.COMMIT_CHUNK_BYTES
+    row = 3 * 1000                                          # bytes per row, not a page multiple
+    gate, calls = _gated(monkeypatch, calls_before_gate=3)  # round 1 of three regions, then held
+    commit = PageCommit()
+    regions = [commit.zeros((n, row), torch.int8) for n in (1000, 400, 833)]
+    per_round = chunk // row
+    commit.start()
+    commit.wait(rows=per_round)                             # returns while round 2 is held at the gate
+    assert not commit.finished and commit.committed_rows == per_round
+    for region in regions:
+        covered = sum(n for a, n in calls[:3] if region.data_ptr() <= a < region.data_ptr() + region.numel())
+        assert covered >= min(per_round, region.shape[0]) * row
+    gate.set()
+    commit.wait()
+    assert commit.finished and commit.committed_rows == max(r.shape[0] for r in regions) and commit.error is None
+
+
+def test_a_refused_round_keeps_the_rows_before_it(monkeypatch):
+    if not can_populate_later():
+        pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
+    _gated(monkeypatch, calls_before_gate=2, refuse=True)
+    commit = PageCommit()
+    for _ in range(2):
+        commit.zeros((3, 2**20), torch.int8)
+    commit.start()
+    commit.wait(rows=1)                                     # round 1 went through
+    with pytest.raises(MemoryError, match="commit the KV pool"):
+        commit.wait(rows=2)
+    with pytest.raises(MemoryError):
+        commit.wait()
+    assert commit.finished and commit.committed_rows == 1 and commit.error.errno == errno.ENOMEM
 
 
 def _rss() -> int:

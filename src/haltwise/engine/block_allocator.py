@@ -20,6 +20,10 @@ Every block is in exactly one state:
     in use      ref_count > 0              (hashed or not)
     evictable   ref_count == 0, hashed     reusable by a prefix hit; evicted LRU-first when needed
     free        ref_count == 0, unhashed
+
+Blocks from num_usable_blocks on are not handed out yet (their pages are still being committed, engine/
+page_commit.py): make_usable(n) adds them to the free list as they arrive, and shrink_to_usable() ends the
+pool there (the host refused the rest). They count neither as free nor as used.
 """
 from __future__ import annotations
 
@@ -59,15 +63,16 @@ class BlockAllocator:
     """
 
     def __init__(self, num_blocks: int, block_size: int, enable_prefix_caching: bool = True,
-                 window: WindowBlocks | None = None):
+                 window: WindowBlocks | None = None, usable_blocks: int | None = None):
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks and block_size must be >= 1, got {num_blocks}, {block_size}")
         self.num_blocks = num_blocks
         self.block_size = block_size
         self.enable_prefix_caching = enable_prefix_caching
         self.window = window       # the sliding layers' own pool (window_blocks.py), None = they use this one
+        self.num_usable_blocks = num_blocks if usable_blocks is None else min(usable_blocks, num_blocks)
         self._blocks = [_Block(i) for i in range(num_blocks)]
-        self._free: deque[int] = deque(range(num_blocks))          # ref 0, unhashed
+        self._free: deque[int] = deque(range(self.num_usable_blocks))  # ref 0, unhashed
         self._evictable: OrderedDict[int, None] = OrderedDict()    # ref 0, hashed; oldest first
         self._cached: dict[bytes, int] = {}                        # hash -> block id (in use or evictable)
         self._live: dict[int, Sequence] = {}                       # seq_id -> sequence holding blocks
@@ -84,7 +89,7 @@ class BlockAllocator:
     @property
     def num_used_blocks(self) -> int:
         """Blocks with ref_count > 0."""
-        return self.num_blocks - self.num_free_blocks
+        return self.num_usable_blocks - self.num_free_blocks
 
     @property
     def num_cached_blocks(self) -> int:
@@ -105,6 +110,17 @@ class BlockAllocator:
     def slot(self, seq: Sequence, position: int) -> int:
         """Flat cache slot of `position` in `seq` (see the module diagram)."""
         return seq.block_table[position // self.block_size] * self.block_size + position % self.block_size
+
+    def make_usable(self, num_blocks: int) -> None:
+        """Blocks below num_blocks (capped at the pool's size) may be handed out from now on."""
+        num_blocks = min(num_blocks, self.num_blocks)
+        self._free.extend(range(self.num_usable_blocks, num_blocks))
+        self.num_usable_blocks = max(self.num_usable_blocks, num_blocks)
+
+    def shrink_to_usable(self) -> None:
+        """The pool ends at num_usable_blocks: the blocks past it are never handed out."""
+        self.num_blocks = self.num_usable_blocks
+        del self._blocks[self.num_blocks:]
 
     # ---- prefix lookup ------------------------------------------------------------------------
     def _match(self, seq: Sequence) -> tuple[list[bytes], list[int]]:

@@ -14,6 +14,8 @@ from haltwise.engine.block_allocator import BlockAllocator
 from haltwise.engine.faults import maybe_wrap
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
 from haltwise.engine.model_runner import BatchRow, ModelRunner
+from haltwise.engine.page_commit import PageCommit
+from haltwise.engine.pool_growth import PoolGrowth
 from haltwise.engine.prompt_checks import check_prompt
 from haltwise.engine.request_state import RequestState, SeqOutputState
 from haltwise.engine.sampler import Sampler
@@ -58,9 +60,11 @@ class LLMEngine:
     def __init__(self, model: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer,
                  engine_config: EngineConfig, max_model_len: int, generation_eos_ids: tuple[int, ...] = (),
                  default_timeout: float | None = None,
-                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None):
-        """kv_caches: the pool of KVBudget.of_engine(...), already allocated (build_engine commits its pages
-        while the tokenizer and the plan build); None allocates and commits it here."""
+                 kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
+                 kv_commit: PageCommit | None = None):
+        """kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
+        here. kv_commit: the PageCommit committing kv_caches' pages, whose blocks become usable as they are
+        committed (pool_growth.py); None: kv_caches is committed already."""
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.config = engine_config
@@ -75,8 +79,14 @@ class LLMEngine:
         window = (WindowBlocks(self.budget.window_blocks, engine_config.block_size, model_config.sliding_window)
                   if self.budget.window_blocks else None)
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
-                                        engine_config.enable_prefix_caching and window is None, window)
+                                        engine_config.enable_prefix_caching and window is None, window,
+                                        usable_blocks=0 if kv_commit else None)
         self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
+        self.pool_growth = None
+        if kv_commit is not None:    # the sliding layers' pool is sized never to run dry: all of it, now
+            kv_commit.wait(rows=self.budget.window_blocks)
+            self.pool_growth = PoolGrowth(kv_commit, self.scheduler)
+            self.take_committed_blocks()
         if kv_caches is None:
             kv_caches = allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
         self.runner = maybe_wrap(ModelRunner(model, kv_caches, engine_config.block_size))
@@ -182,12 +192,18 @@ class LLMEngine:
     def step(self) -> list[RequestOutput]:
         """One engine iteration. Returns an update for every request that changed."""
         self.last_step_error, self.last_step_ran_model = None, False
+        self.take_committed_blocks()
         self._apply_aborts_and_deadlines()
         out = self.scheduler.schedule(self._propose if self.speculator.num_tokens else None)
         if out.scheduled:
             self.last_step_ran_model = True
             self._run(out)
         return self._collect_updates()
+
+    def take_committed_blocks(self) -> None:
+        """KV blocks committed since the last call become usable (a no-op once the whole pool is)."""
+        if self.pool_growth is not None and not self.pool_growth.advance():
+            self.pool_growth = None
 
     def _propose(self, seq: Sequence, k_max: int) -> list[int]:
         state = next(s for s in self.requests[seq.request_id].seqs if s.seq is seq)

@@ -59,7 +59,8 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
                         mapped=config.dtype == "auto")   # every linear will be planned: keep them in the file
     config = _size_kv(config, loaded.config, loaded.max_model_len)
     config = replace(config, max_model_len=loaded.max_model_len)
-    # The pool's pages are committed on the other core while the tokenizer and the plan build (page_commit.py).
+    # The pool's pages are committed on the other core while the tokenizer and the plan build, and after
+    # (page_commit.py).
     commit = PageCommit()
     kv_caches = allocate_kv_caches(loaded.config, KVBudget.of_engine(loaded.config, config, loaded.max_model_len),
                                    config.kv_dtype, commit.zeros)
@@ -74,10 +75,14 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
         open_gguf(loaded.path).drop_resident_pages()
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout,
-                       kv_caches=kv_caches)
+                       kv_caches=kv_caches, kv_commit=commit)
+    # Returned once any request it admits can start: the blocks of one longest sequence are committed; the
+    # rest of the pool becomes usable as it commits (pool_growth.py).
     wait_start = time.perf_counter()
-    commit.wait()      # an engine is returned with its whole pool committed
-    log.info("KV pool committed (%.2fs waited for it)", time.perf_counter() - wait_start)
+    commit.wait(rows=engine.budget.blocks_for(engine.max_model_len))
+    engine.take_committed_blocks()
+    log.info("KV pool: %d of %d blocks committed (%.2fs waited for them), the rest commits in the background",
+             engine.allocator.num_usable_blocks, engine.allocator.num_blocks, time.perf_counter() - wait_start)
     engine.kernel_plan = plan
     # The model, tokenizer and vocab tables live as long as the engine: keep them out of the cyclic
     # collector's full passes, which otherwise walk them every few hundred steps (~5% of a decode step).

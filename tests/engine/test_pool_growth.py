@@ -1,0 +1,92 @@
+"""The KV pool's blocks become usable as their pages are committed (engine/pool_growth.py): an engine
+serves from the blocks committed so far, never hands out one whose pages are not, takes the rest as they
+come, and ends its pool where the host refused a page."""
+import ctypes
+import errno
+import threading
+
+import pytest
+
+from haltwise.config import EngineConfig
+from haltwise.engine import page_commit
+from haltwise.engine.engine import LLMEngine
+from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
+from haltwise.engine.page_commit import PageCommit, can_populate_later
+from haltwise.errors import RequestTooLarge
+from haltwise.models.tiny import tiny_llama
+from haltwise.sampling_params import RepetitionDetection, SamplingParams
+from haltwise.tokenizer.tiny import tiny_tokenizer
+
+pytestmark = pytest.mark.skipif(not can_populate_later(), reason="MADV_POPULATE_WRITE is unavailable: "
+                                "regions are populated when mapped, nothing commits later")
+FIRST_ROUND_BLOCKS = 16
+LONG = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True,
+                      repetition_detection=RepetitionDetection(enabled=False))
+
+
+def engine_over_a_gated_commit(monkeypatch, refuse: bool = False):
+    """A tiny engine whose pool commits FIRST_ROUND_BLOCKS blocks, then waits at the returned gate
+    (or is refused the rest)."""
+    config = EngineConfig(kv_cache_memory=32 * 2**20)
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(tokenizer.vocab_size)
+    budget = KVBudget.of_engine(model.config, config, model.max_model_len)
+    calls, gate, real = [], threading.Event(), page_commit._madvise
+    regions = 2 * model.config.num_layers
+
+    def gated(address, length, advice):
+        calls.append(length)
+        if len(calls) > regions:                 # past round 1: one call per region
+            if refuse:
+                ctypes.set_errno(errno.ENOMEM)
+                return -1
+            gate.wait()
+        return real(address, length, advice)
+
+    monkeypatch.setattr(page_commit, "_madvise", gated)
+    commit = PageCommit()
+    caches = allocate_kv_caches(model.config, budget, config.kv_dtype, commit.zeros)
+    monkeypatch.setattr(page_commit, "COMMIT_CHUNK_BYTES", caches[0][0][0].nbytes * FIRST_ROUND_BLOCKS)
+    commit.start()
+    commit.wait(rows=FIRST_ROUND_BLOCKS)
+    engine = LLMEngine(model, model.config, tokenizer, config, model.max_model_len, kv_caches=caches,
+                       kv_commit=commit)
+    assert budget.num_blocks > 4 * FIRST_ROUND_BLOCKS
+    return engine, gate
+
+
+def held_block_ids(engine) -> set[int]:
+    return {b for seq in engine.allocator._live.values() for b in seq.block_table}
+
+
+def test_blocks_are_handed_out_only_once_committed_and_the_rest_arrive(monkeypatch):
+    engine, gate = engine_over_a_gated_commit(monkeypatch)
+    try:
+        assert engine.allocator.num_usable_blocks == FIRST_ROUND_BLOCKS
+        assert engine.allocator.num_free_blocks == FIRST_ROUND_BLOCKS and engine.allocator.num_used_blocks == 0
+        # 400 + prompt tokens need 26 blocks of 16: more than are committed, fewer than the pool holds
+        engine.add_request("long", engine.tokenizer.encode("Once upon a time"), LONG)
+        for _ in range(30):
+            engine.step()
+            assert max(held_block_ids(engine), default=0) < FIRST_ROUND_BLOCKS
+        assert engine.has_unfinished()
+    finally:
+        gate.set()
+    final = None
+    while engine.has_unfinished():
+        final = next((u for u in engine.step() if u.finished), final)
+    assert final.outputs[0].finish_reason == "length" and len(final.outputs[0].token_ids) == 400
+    assert engine.pool_growth is None and engine.allocator.num_usable_blocks == engine.allocator.num_blocks
+
+
+def test_a_refused_commit_ends_the_pool_where_the_host_stopped(monkeypatch):
+    engine, _ = engine_over_a_gated_commit(monkeypatch, refuse=True)
+    engine.step()
+    assert engine.pool_growth is None
+    assert engine.allocator.num_blocks == FIRST_ROUND_BLOCKS == engine.scheduler.policy.num_blocks
+    with pytest.raises(RequestTooLarge, match=f"{FIRST_ROUND_BLOCKS} blocks"):
+        engine.add_request("long", engine.tokenizer.encode("Once upon a time"), LONG)
+    params = SamplingParams(temperature=0.0, max_tokens=100, ignore_eos=True)
+    engine.add_request("fits", engine.tokenizer.encode("Once upon a time"), params)
+    while engine.has_unfinished():
+        engine.step()
