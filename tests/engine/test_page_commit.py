@@ -2,6 +2,7 @@
 import ctypes
 import errno
 import mmap
+import threading
 
 import pytest
 import torch
@@ -81,10 +82,9 @@ def test_pages_are_committed_a_chunk_per_call_covering_each_region(monkeypatch):
     assert len(calls) == 4 + 2
 
 
-def _gated(monkeypatch, calls_before_gate: int, refuse: bool = False):
+def gated_madvise(monkeypatch, calls_before_gate: int, refuse: bool = False):
     """_madvise that lets `calls_before_gate` calls through, then blocks (or refuses with ENOMEM)
     until the returned event is set."""
-    import threading
     gate, calls, real = threading.Event(), [], page_commit._madvise
 
     def gated(address, length, advice):
@@ -107,7 +107,7 @@ def test_wait_for_rows_returns_once_every_region_has_those_rows(monkeypatch):
         pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
     chunk = page_commit.COMMIT_CHUNK_BYTES
     row = 3 * 1000                                          # bytes per row, not a page multiple
-    gate, calls = _gated(monkeypatch, calls_before_gate=3)  # round 1 of three regions, then held
+    gate, calls = gated_madvise(monkeypatch, calls_before_gate=3)  # round 1 of three regions, then held
     commit = PageCommit()
     regions = [commit.zeros((n, row), torch.int8) for n in (1000, 400, 833)]
     per_round = chunk // row
@@ -125,7 +125,7 @@ def test_wait_for_rows_returns_once_every_region_has_those_rows(monkeypatch):
 def test_a_refused_round_keeps_the_rows_before_it(monkeypatch):
     if not can_populate_later():
         pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
-    _gated(monkeypatch, calls_before_gate=2, refuse=True)
+    gated_madvise(monkeypatch, calls_before_gate=2, refuse=True)
     commit = PageCommit()
     for _ in range(2):
         commit.zeros((3, 2**20), torch.int8)

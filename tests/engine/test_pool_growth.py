@@ -1,10 +1,6 @@
 """The KV pool's blocks become usable as their pages are committed (engine/pool_growth.py): an engine
 serves from the blocks committed so far, never hands out one whose pages are not, takes the rest as they
 come, and ends its pool where the host refused a page."""
-import ctypes
-import errno
-import threading
-
 import pytest
 
 from haltwise.config import EngineConfig
@@ -16,6 +12,7 @@ from haltwise.errors import RequestTooLarge
 from haltwise.models.tiny import tiny_llama
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.tokenizer.tiny import tiny_tokenizer
+from tests.engine.test_page_commit import gated_madvise
 
 pytestmark = pytest.mark.skipif(not can_populate_later(), reason="MADV_POPULATE_WRITE is unavailable: "
                                 "regions are populated when mapped, nothing commits later")
@@ -25,25 +22,13 @@ LONG = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True,
 
 
 def engine_over_a_gated_commit(monkeypatch, refuse: bool = False):
-    """A tiny engine whose pool commits FIRST_ROUND_BLOCKS blocks, then waits at the returned gate
-    (or is refused the rest)."""
+    """A tiny engine whose pool commits FIRST_ROUND_BLOCKS blocks (round 1: one call per region), then
+    waits at the returned gate (or is refused the rest)."""
     config = EngineConfig(kv_cache_memory=32 * 2**20)
     tokenizer = tiny_tokenizer()
     model = tiny_llama(tokenizer.vocab_size)
     budget = KVBudget.of_engine(model.config, config, model.max_model_len)
-    calls, gate, real = [], threading.Event(), page_commit._madvise
-    regions = 2 * model.config.num_layers
-
-    def gated(address, length, advice):
-        calls.append(length)
-        if len(calls) > regions:                 # past round 1: one call per region
-            if refuse:
-                ctypes.set_errno(errno.ENOMEM)
-                return -1
-            gate.wait()
-        return real(address, length, advice)
-
-    monkeypatch.setattr(page_commit, "_madvise", gated)
+    gate, _ = gated_madvise(monkeypatch, calls_before_gate=2 * model.config.num_layers, refuse=refuse)
     commit = PageCommit()
     caches = allocate_kv_caches(model.config, budget, config.kv_dtype, commit.zeros)
     monkeypatch.setattr(page_commit, "COMMIT_CHUNK_BYTES", caches[0][0][0].nbytes * FIRST_ROUND_BLOCKS)
