@@ -4,6 +4,8 @@ No silent skips: on a machine with a compiler, a failed build fails here (and `m
 every native test skipping and the plan quietly falling back to torch's formats.
 """
 import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -32,3 +34,20 @@ def test_setup_fails_when_the_build_fails_with_a_compiler_present(monkeypatch):
     assert build.main() == 1
     monkeypatch.setattr(build.shutil, "which", lambda name: None)
     assert build.main() == 0
+
+
+def test_a_finished_build_loads_without_torchs_build_machinery():
+    """A cached build is imported from its .so: no torch.utils.cpp_extension, no setuptools, no ninja
+    run (~0.15 s of every start)."""
+    assert build.load() is not None, build.failure()       # the cache holds this tree's build from here on
+    code = ("import sys, torch; from haltwise.kernels.native import build; m = build.load(); "
+            "print(m is not None and m.best_isa() in m.isas(), 'torch.utils.cpp_extension' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["True", "False"], out.stderr
+
+
+def test_a_build_that_does_not_load_is_removed_to_be_linked_again(tmp_path):
+    broken = tmp_path / "haltwise_native_0123.so"
+    broken.write_bytes(b"\x7fELF cut short")              # what a link killed half way leaves
+    assert build._import_built(broken) is None and not broken.exists()
+    assert build._import_built(tmp_path / "absent.so") is None
