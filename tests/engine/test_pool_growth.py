@@ -49,6 +49,7 @@ def test_blocks_are_handed_out_only_once_committed_and_the_rest_arrive(monkeypat
     try:
         assert engine.allocator.num_usable_blocks == FIRST_ROUND_BLOCKS
         assert engine.allocator.num_free_blocks == FIRST_ROUND_BLOCKS and engine.allocator.num_used_blocks == 0
+        assert engine.stats().kv_blocks_committed == FIRST_ROUND_BLOCKS
         # 400 + prompt tokens need 26 blocks of 16: more than are committed, fewer than the pool holds
         engine.add_request("long", engine.tokenizer.encode("Once upon a time"), LONG)
         for _ in range(30):
@@ -62,6 +63,7 @@ def test_blocks_are_handed_out_only_once_committed_and_the_rest_arrive(monkeypat
         final = next((u for u in engine.step() if u.finished), final)
     assert final.outputs[0].finish_reason == "length" and len(final.outputs[0].token_ids) == 400
     assert engine.pool_growth is None and engine.allocator.num_usable_blocks == engine.allocator.num_blocks
+    assert engine.stats().kv_blocks_committed == engine.stats().kv_blocks_total
 
 
 def test_a_refused_commit_ends_the_pool_where_the_host_stopped(monkeypatch):

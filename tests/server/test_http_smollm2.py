@@ -92,6 +92,15 @@ def test_client_disconnect_aborts_nonstream_and_stream(smol) -> None:
                       and metric(url, "haltwise_kv_blocks_used") == 0)
 
 
+def test_the_kv_pool_is_committed_whole_soon_after_start(smol) -> None:
+    """The pool's pages commit in the background after ready (engine/pool_growth.py); an idle server
+    takes them too, and free blocks are committed ones."""
+    url = smol.url
+    total = metric(url, "haltwise_kv_blocks_total")
+    assert wait_until(lambda: metric(url, "haltwise_kv_blocks_committed") == total > 0, 60)
+    assert metric(url, "haltwise_kv_blocks_free") == total - metric(url, "haltwise_kv_blocks_used")
+
+
 def test_context_window_error_has_numbers(smol) -> None:
     r = httpx.post(smol.url + "/v1/completions", json={"prompt": [100] * 9000, "max_tokens": 1}, timeout=60)
     assert r.status_code == 400

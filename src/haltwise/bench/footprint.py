@@ -7,7 +7,8 @@ For each model (catalog names or GGUF files), in one run:
   3. llama.cpp's llama-server on the same GGUF with -np 32 and -c T (the same tokens of KV), its own
      default KV type (f16);
   4. each serves the same --requests streamed completions of --max-tokens tokens; peak RSS (VmHWM) is
-     read after them.
+     read after them, and for haltwise once its whole KV pool is committed (it commits after ready:
+     haltwise_kv_blocks_committed reaches haltwise_kv_blocks_total), so both hold their whole pool.
 Ready = start -> first 200 from /ready (haltwise) or /health (llama-server). Ratios are haltwise / peer.
 """
 from __future__ import annotations
@@ -19,16 +20,21 @@ import os
 import re
 import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+import httpx
 
 from haltwise.bench import common, llama_cpp
 from haltwise.bench.load_client import run_load
 from haltwise.bench.peers import model_eos_ids, server_request_bodies
 from haltwise.bench.servers import ServerProcess, free_port, haltwise_server_cmd
+from haltwise.bench.stress_report import gauge, parse_metrics
 
 MODELS = ("smollm2-135m", "qwen2.5-coder-0.5b", "gemma3-270m")
 PARALLEL = 32
+SETTLE_S = 120.0     # longest wait for haltwise's pool to finish committing before peak RSS is read
 _CAPACITY = re.compile(r"KV cache: (\d+) blocks x (\d+) tokens = (\d+) tokens")
 
 
@@ -50,10 +56,22 @@ def kv_capacity(log: str) -> int:
     return int(found.group(3))
 
 
-def _serve(server: ServerProcess, requests: int, max_tokens: int, extra: dict[str, Any]) -> dict[str, Any]:
+def _serve(server: ServerProcess, requests: int, max_tokens: int, extra: dict[str, Any],
+           settle: Callable[[], bool] = lambda: True) -> dict[str, Any]:
     prompts = [common.long_text(400 * requests)[i * 400:(i + 1) * 400] for i in range(requests)]
     load = asyncio.run(run_load(server.base_url, prompts, min(requests, PARALLEL), max_tokens, extra_body=extra))
-    return {"ready_s": server.ready_s, "peak_rss_mib": server.peak_rss_mib(), "failed": load.failed}
+    deadline = time.monotonic() + SETTLE_S
+    while not settle() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return {"ready_s": server.ready_s, "peak_rss_mib": server.peak_rss_mib(), "failed": load.failed,
+            "settled": settle()}
+
+
+def _pool_committed(server: ServerProcess) -> bool:
+    """haltwise's whole KV pool is committed (its metrics say so)."""
+    samples = parse_metrics(httpx.get(f"{server.base_url}/metrics", timeout=10).text)
+    total = gauge(samples, "haltwise_kv_blocks_total")
+    return bool(total) and gauge(samples, "haltwise_kv_blocks_committed") == total
 
 
 def _haltwise(gguf: str, threads: int, env: dict[str, str] | None = None) -> ServerProcess:
@@ -78,7 +96,8 @@ def measure(model: str, args: argparse.Namespace, directory: Path | None) -> dic
     ours = _haltwise(gguf, args.threads)
     try:
         row["kv_tokens"] = kv_capacity(ours.log_tail(100_000))
-        row["haltwise"] = _serve(ours, args.requests, args.max_tokens, bodies["haltwise"])
+        row["haltwise"] = _serve(ours, args.requests, args.max_tokens, bodies["haltwise"],
+                                 settle=lambda: _pool_committed(ours))
     finally:
         ours.stop()
     if directory is not None:
@@ -109,6 +128,7 @@ def run(args: argparse.Namespace) -> int:
         ready = f"{ours['ready_s']:.1f}" + (f" / {peer['ready_s']:.1f} = {r['ready_s_ratio']}x" if peer else "")
         rss = f"{ours['peak_rss_mib']:.0f}" + (f" / {peer['peak_rss_mib']:.0f} = {r['peak_rss_mib_ratio']}x" if peer else "")
         first = f"  (first start {r['haltwise_first_ready_s']:.1f} s)" if "haltwise_first_ready_s" in r else ""
+        first += "" if ours["settled"] else f"  (haltwise's pool still committing after {SETTLE_S:.0f} s)"
         print(f"{r['model']:<22} {r['kv_tokens']:>9} {ready:>26} {rss:>32}{first}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))

@@ -167,6 +167,7 @@ class AsyncEngine:
             try:
                 self._admit()
                 if not self.engine.has_unfinished():
+                    self.engine.take_committed_blocks()      # an idle pool grows too (pool_growth.py)
                     self._stats = self.engine.stats()
                     self._wake.wait(0.1)
                     self._wake.clear()

@@ -54,6 +54,7 @@ class EngineStats:
     breaker_state: int = 0   # 0 closed, 1 half-open, 2 open (set by the async wrapper)
     spec_draft_tokens: int = 0      # speculative drafts verified since start (engine/speculation.py)
     spec_accepted_tokens: int = 0   # of which accepted
+    kv_blocks_committed: int | None = None   # blocks whose pages are committed so far (None: all)
 
 
 class LLMEngine:
@@ -302,7 +303,8 @@ class LLMEngine:
         return EngineStats(self.scheduler.num_running, self.scheduler.num_waiting, a.num_used_blocks, a.num_blocks,
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits,
                            spec_draft_tokens=self.speculator.num_drafted,
-                           spec_accepted_tokens=self.speculator.num_accepted)
+                           spec_accepted_tokens=self.speculator.num_accepted,
+                           kv_blocks_committed=a.num_usable_blocks)
 
     def describe(self) -> str:
         full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size

@@ -27,12 +27,15 @@ class _EngineStatsCollector(Collector):
             return float(getattr(s, name, 0) or 0) if s is not None else 0.0
 
         used, total = value("kv_blocks_used"), value("kv_blocks_total")
+        committed = total if getattr(s, "kv_blocks_committed", None) is None else value("kv_blocks_committed")
         gauges = [
             ("haltwise_requests_running", "Requests being generated.", value("num_running")),
             ("haltwise_requests_waiting", "Requests queued for admission.", value("num_waiting")),
             ("haltwise_kv_blocks_used", "KV cache blocks in use.", used),
             ("haltwise_kv_blocks_total", "KV cache blocks in the pool.", total),
-            ("haltwise_kv_blocks_free", "KV cache blocks free.", max(total - used, 0.0)),
+            ("haltwise_kv_blocks_committed", "KV cache blocks whose pages are committed (the pool grows to "
+             "total within seconds of start).", committed),
+            ("haltwise_kv_blocks_free", "KV cache blocks free (committed, not in use).", max(committed - used, 0.0)),
             ("haltwise_kv_fragmentation_ratio", "Unused slots / allocated slots in used blocks.",
              value("kv_fragmentation")),
             ("haltwise_engine_breaker_state", "Circuit breaker: 0 closed, 1 half-open, 2 open.",
