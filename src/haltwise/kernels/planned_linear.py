@@ -7,6 +7,7 @@ next in that bucket's ranking, and float32 is always the last resort.
 from __future__ import annotations
 
 import logging
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 from typing import Any, Iterator
 
@@ -91,11 +92,20 @@ def linear_sources(model: nn.Module) -> Iterator[tuple[nn.Module, str, LinearSou
 def apply_plan(model: nn.Module, plan: KernelPlan, formats: dict[str, LinearFormat],
                sources: list[tuple[nn.Module, str, LinearSource]] | None = None) -> dict[str, int]:
     """Swap every nn.Linear for a PlannedLinear. Returns how many linears run each format anywhere,
-    e.g. {'int4-wo': 120, 'float32': 121}."""
+    e.g. {'int4-wo': 120, 'float32': 121}.
+
+    The layers are prepared on torch's intra-op thread count at once: preparing is mostly copies that free
+    the GIL (the X8 regrouping, repack.py), and each layer's result depends on its own weight alone
+    (Qwen2.5-Coder-0.5B's 97 linears: 0.52-0.86 s on one thread, 0.36-0.46 s on two here)."""
+    sources = sources if sources is not None else list(linear_sources(model))
+
+    def planned(source: LinearSource) -> PlannedLinear:
+        return PlannedLinear(source, [plan.ranking(source.group_key(), b) for b in range(len(BUCKETS))], formats)
+
+    with ThreadPoolExecutor(max(1, min(torch.get_num_threads(), len(sources)))) as pool:
+        layers = list(pool.map(planned, [source for _, _, source in sources]))
     counts: dict[str, int] = {}
-    for parent, attr, source in sources if sources is not None else list(linear_sources(model)):
-        rankings = [plan.ranking(source.group_key(), b) for b in range(len(BUCKETS))]
-        layer = PlannedLinear(source, rankings, formats)
+    for (parent, attr, _), layer in zip(sources, layers):
         setattr(parent, attr, layer)
         for name in set(layer.bucket_formats):
             counts[name] = counts.get(name, 0) + 1
