@@ -14,8 +14,8 @@ from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.tokenizer.tiny import tiny_tokenizer
 from tests.engine.test_page_commit import gated_madvise
 
-pytestmark = pytest.mark.skipif(not can_populate_later(), reason="MADV_POPULATE_WRITE is unavailable: "
-                                "regions are populated when mapped, nothing commits later")
+gated = pytest.mark.skipif(not can_populate_later(), reason="MADV_POPULATE_WRITE is unavailable: "
+                           "regions are populated when mapped, nothing commits later")
 FIRST_ROUND_BLOCKS = 16
 LONG = SamplingParams(temperature=0.0, max_tokens=400, ignore_eos=True,
                       repetition_detection=RepetitionDetection(enabled=False))
@@ -44,6 +44,7 @@ def held_block_ids(engine) -> set[int]:
     return {b for seq in engine.allocator._live.values() for b in seq.block_table}
 
 
+@gated
 def test_blocks_are_handed_out_only_once_committed_and_the_rest_arrive(monkeypatch):
     engine, gate = engine_over_a_gated_commit(monkeypatch)
     try:
@@ -66,6 +67,7 @@ def test_blocks_are_handed_out_only_once_committed_and_the_rest_arrive(monkeypat
     assert engine.stats().kv_blocks_committed == engine.stats().kv_blocks_total
 
 
+@gated
 def test_a_refused_commit_ends_the_pool_where_the_host_stopped(monkeypatch):
     engine, _ = engine_over_a_gated_commit(monkeypatch, refuse=True)
     engine.step()
@@ -77,3 +79,25 @@ def test_a_refused_commit_ends_the_pool_where_the_host_stopped(monkeypatch):
     engine.add_request("fits", engine.tokenizer.encode("Once upon a time"), params)
     while engine.has_unfinished():
         engine.step()
+
+
+@pytest.mark.parametrize("kv_cache_memory", [256 * 2**10, 3 * 2**20])
+def test_a_pool_with_nothing_left_to_commit_is_usable_whole(kv_cache_memory):
+    """A pool under SMALL_BYTES per region comes from torch.zeros (and, where madvise cannot populate, every
+    region is populated when mapped): the commit has no rows to count, and every block is usable at once."""
+    config = EngineConfig(kv_cache_memory=kv_cache_memory)
+    tokenizer = tiny_tokenizer()
+    model = tiny_llama(tokenizer.vocab_size)
+    commit = PageCommit()
+    caches = allocate_kv_caches(model.config, KVBudget.of_engine(model.config, config, model.max_model_len),
+                                config.kv_dtype, commit.zeros)
+    commit.start()
+    engine = LLMEngine(model, model.config, tokenizer, config, model.max_model_len, kv_caches=caches,
+                       kv_commit=commit)
+    assert engine.allocator.num_usable_blocks == engine.allocator.num_blocks > 0
+    engine.add_request("r", engine.tokenizer.encode("Once upon a time"), SamplingParams(temperature=0.0, max_tokens=8))
+    for _ in range(100):
+        if not engine.has_unfinished():
+            break
+        engine.step()
+    assert not engine.has_unfinished(), "the request never ran: no block was usable"

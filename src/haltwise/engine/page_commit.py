@@ -31,6 +31,7 @@ import functools
 import math
 import mmap
 import os
+import sys
 import threading
 
 import torch
@@ -38,6 +39,7 @@ import torch
 MADV_POPULATE_WRITE = 23     # linux/mman.h, since 5.14: fault every page in writable, as a write would
 SMALL_BYTES = 2**20          # smaller regions come from torch.zeros (a map per tensor is not worth it)
 COMMIT_CHUNK_BYTES = 2**20   # bytes per madvise call: the longest the mmap lock is held at a time
+EVERY_ROW = sys.maxsize      # committed_rows once done without error: no row of any region is left
 
 
 class PageCommit:
@@ -48,7 +50,8 @@ class PageCommit:
         self._thread: threading.Thread | None = None
         self._error: OSError | None = None
         self._progress = threading.Condition()
-        self.committed_rows = 0                    # rows below this are committed in every region
+        self.committed_rows = 0                    # rows below this are committed in every region (EVERY_ROW:
+                                                   # done, including regions that never needed a commit)
         self.finished = False                      # the thread is done: every page committed, or error set
 
     @property
@@ -96,6 +99,7 @@ class PageCommit:
                 for span in spans:
                     span.commit_to(min(end, span.rows))
                 self._publish(min(end, most))
+            self._publish(EVERY_ROW)    # a pool of small regions (or none mapped here) has no rows to count
         except OSError as e:
             self._error = e
         finally:
