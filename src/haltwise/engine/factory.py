@@ -81,8 +81,9 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
     wait_start = time.perf_counter()
     commit.wait(rows=engine.budget.blocks_for(engine.max_model_len))
     engine.take_committed_blocks()
-    log.info("KV pool: %d of %d blocks committed (%.2fs waited for them), the rest commits in the background",
-             engine.allocator.num_usable_blocks, engine.allocator.num_blocks, time.perf_counter() - wait_start)
+    usable, total = engine.allocator.num_usable_blocks, engine.allocator.num_blocks
+    log.info("KV pool: %d of %d blocks committed (%.2fs waited for them)%s", usable, total,
+             time.perf_counter() - wait_start, ", the rest commits in the background" if usable < total else "")
     engine.kernel_plan = plan
     # The model, tokenizer and vocab tables live as long as the engine: keep them out of the cyclic
     # collector's full passes, which otherwise walk them every few hundred steps (~5% of a decode step).
