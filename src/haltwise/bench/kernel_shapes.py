@@ -1,5 +1,6 @@
 """`haltwise bench kernels`: the native GGUF kernels on a model's real weights, plain rows vs row-interleaved
-(X8) records, per distinct (tensor kind, block type), at a few row counts.
+(X8) records (or, with --isas A,B, the X8 records on two ISA paths: e.g. avx2,avx512vnni), per distinct
+(tensor kind, block type), at a few row counts.
 
 One process, one native build: for each weight the two layouts are timed alternately, single calls, and
 the median of each is printed (a shared host drifts, so only ratios within one run mean anything). The
@@ -29,6 +30,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a GGUF file or a catalog name")
     p.add_argument("--rows", default="1,32", help="activation rows per call, comma-separated")
     p.add_argument("--calls", type=int, default=15, help="timed calls per layout and row count")
+    p.add_argument("--isas", default=None, metavar="A,B",
+                   help="compare the X8 records on two ISA paths of this CPU (e.g. avx2,avx512vnni) instead of "
+                        "plain rows vs X8 on the widest")
 
 
 def _sources(path) -> tuple[list[LinearSource], dict[str, int]]:
@@ -64,30 +68,36 @@ def run(args: argparse.Namespace) -> int:
         return 1
     path = resolve_model(args.model, progress=None)
     rows_list = [int(r) for r in args.rows.split(",")]
-    print(f"# {path.name}: {native.best_isa()}, {torch.get_num_threads()} threads; median ms of {args.calls} calls")
+    isas = args.isas.split(",") if args.isas else [native.best_isa()] * 2
+    if len(isas) != 2 or not set(isas) <= set(native.isas()):
+        print(f"haltwise: --isas takes two of this CPU's paths: {', '.join(native.isas())}", file=sys.stderr)
+        return 2
+    header = f"{isas[0]}/{isas[1]}" if args.isas else "plain/X8"
+    print(f"# {path.name}: {header} on {torch.get_num_threads()} threads; median ms of {args.calls} calls")
     sources, counts = _sources(path)
-    print(f"{'tensor':<30}{'out x in':>13}" + "".join(f"{f'{r} rows plain/X8 ms':>27}" for r in rows_list))
+    print(f"{'tensor':<30}{'out x in':>13}" + "".join(f"{f'{r} rows {header} ms':>27}" for r in rows_list))
     x8_ms: dict[str, list[float]] = {}
     for source in sources:
-        layouts = [prepare_blocks(source, interleave=False), prepare_blocks(source, interleave=True)]
+        x8 = prepare_blocks(source, interleave=True)
+        layouts = [x8 if args.isas else prepare_blocks(source, interleave=False), x8]
         cells = []
         for rows in rows_list:
             x = torch.randn(rows, source.shape[1], generator=torch.Generator().manual_seed(rows))
             times: list[list[float]] = [[], []]
             for i in range(args.calls + 1):                           # the first call of each warms up
-                for j, p in enumerate(layouts):
+                for j, (p, isa) in enumerate(zip(layouts, isas)):
                     start = time.perf_counter()
-                    native.gemm(p.weights, p.qtypes, p.rows, x)
+                    native.gemm(p.weights, p.qtypes, p.rows, x, isa)
                     if i:
                         times[j].append((time.perf_counter() - start) * 1e3)
-            plain, x8 = (statistics.median(t) for t in times)
-            x8_ms.setdefault(source.name, []).append(x8)
-            cells.append(f"{plain:9.3f} /{x8:8.3f} ({plain / x8:.2f}x)")
+            first, second = (statistics.median(t) for t in times)
+            x8_ms.setdefault(source.name, []).append(second)
+            cells.append(f"{first:9.3f} /{second:8.3f} ({first / second:.2f}x)")
         shape = f"{source.shape[0]}x{source.shape[1]}"
         print(f"{f'{source.name} x{counts[source.name]}':<30}{shape:>13}" + "".join(f"{c:>27}" for c in cells))
         sys.stdout.flush()
     for i, rows in enumerate(rows_list):
         total = sum(ms[i] * counts[name] for name, ms in x8_ms.items())
         shares = ", ".join(f"{name} {ms[i] * counts[name] / total:.0%}" for name, ms in x8_ms.items())
-        print(f"share of the step's linear time at {rows} rows (X8, {total:.1f} ms): {shares}")
+        print(f"share of the step's linear time at {rows} rows (X8 on {isas[1]}, {total:.1f} ms): {shares}")
     return 0

@@ -25,7 +25,7 @@ from tests.kernels.native.blocks import BLOCK, quantize_q8, random_blocks
 
 native = build.load()
 pytestmark = pytest.mark.skipif(native is None, reason=f"native kernels unavailable: {build.failure()}")
-ISAS = ["scalar", "avx2"]
+ISAS = ["scalar", "avx2", "avx512vnni"]
 
 
 def _isa_or_skip(isa: str) -> None:

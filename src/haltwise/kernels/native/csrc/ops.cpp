@@ -22,6 +22,15 @@ bool cpu_has_avx2() {
 #endif
 }
 
+bool cpu_has_avx512vnni() {
+#if defined(__x86_64__)
+  return cpu_has_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512vl") &&
+         __builtin_cpu_supports("avx512vnni");
+#else
+  return false;
+#endif
+}
+
 RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
   RowsKernel k = nullptr, fallback = nullptr;
   const KernelTable& s = scalar_kernels();
@@ -71,6 +80,10 @@ int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
 const KernelTable& table_for(const std::string& isa) {
   if (isa == "scalar") return scalar_kernels();
 #if defined(__x86_64__)
+  if (isa == "avx512vnni" || isa == "auto") {
+    if (cpu_has_avx512vnni()) return avx512vnni_kernels();
+    TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c/avx512f/avx512vl/avx512vnni");
+  }
   if (isa == "avx2" || isa == "auto") {
     if (cpu_has_avx2()) return avx2_kernels();
     TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c");
@@ -78,7 +91,8 @@ const KernelTable& table_for(const std::string& isa) {
 #else
   TORCH_CHECK(isa == "auto", "haltwise native: ISA ", isa, " is not built for this architecture");
 #endif
-  TORCH_CHECK(isa == "auto" || isa == "scalar" || isa == "avx2", "haltwise native: unknown ISA ", isa);
+  TORCH_CHECK(isa == "auto" || isa == "scalar" || isa == "avx2" || isa == "avx512vnni",
+              "haltwise native: unknown ISA ", isa);
   return scalar_kernels();
 }
 
@@ -256,13 +270,14 @@ torch::Tensor argmax_rows(const torch::Tensor& logits, const std::string& isa) {
   return out;
 }
 
-std::string best_isa() { return cpu_has_avx2() ? "avx2" : "scalar"; }
-
 std::vector<std::string> isas() {
   std::vector<std::string> out{"scalar"};
   if (cpu_has_avx2()) out.push_back("avx2");
+  if (cpu_has_avx512vnni()) out.push_back("avx512vnni");
   return out;
 }
+
+std::string best_isa() { return isas().back(); }
 
 }  // namespace haltwise_native
 

@@ -117,11 +117,26 @@ void q4_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, flo
                       int64_t n1);
 void q6_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
                       int64_t n1);
+// The same six with VNNI's dot-product instruction (kernels_x8_vnni.cpp, kernels_kx8_vnni.cpp: called only
+// where the CPU also reports avx512f, avx512vl and avx512vnni); the same bits as the AVX2 ones.
+void q4_0x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q4_1x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q8_0x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q5_0x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q4_kx8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
+void q6_kx8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
+                      int64_t n1);
 #endif
 
 const KernelTable& scalar_kernels();
 #if defined(__x86_64__)
-const KernelTable& avx2_kernels();  // caller checks the CPU reports avx2, fma and f16c
+const KernelTable& avx2_kernels();        // caller checks the CPU reports avx2, fma and f16c
+const KernelTable& avx512vnni_kernels();  // ... and avx512f, avx512vl and avx512vnni
 #endif
 
 }  // namespace haltwise_native

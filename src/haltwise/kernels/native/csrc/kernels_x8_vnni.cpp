@@ -1,0 +1,30 @@
+// The 32-input row-interleaved records' kernels (x8_records.inc) with AVX512-VNNI's vpdpbusd on 256-bit
+// vectors (AVX512-VL): AVX2's arithmetic, one instruction a step where AVX2 spends two or three. Compiled
+// for that ISA alone (the pragma below); ops.cpp calls them only where the CPU reports avx2, fma, f16c,
+// avx512f, avx512vl and avx512vnni.
+#if defined(__x86_64__)
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
+#include <immintrin.h>
+
+#include "quant_kernels.h"
+
+#define X8_PATH(name) name##_vnni
+#define X8_DPBUSD(acc, u8, s8) _mm256_dpbusd_epi32((acc), (u8), (s8))   // acc + the 4 u8 * s8 products
+#include "x8_records.inc"
+
+namespace haltwise_native {
+
+const KernelTable& avx512vnni_kernels() {
+  static const KernelTable table = [] {
+    KernelTable t = avx2_kernels();     // everything else is AVX2's: VNNI changes only the integer dots
+    t.isa = "avx512vnni";
+    t.q4_0x8 = q4_0x8_rows_vnni, t.q4_1x8 = q4_1x8_rows_vnni, t.q8_0x8 = q8_0x8_rows_vnni;
+    t.q5_0x8 = q5_0x8_rows_vnni, t.q4_kx8 = q4_kx8_rows_vnni, t.q6_kx8 = q6_kx8_rows_vnni;
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace haltwise_native
+
+#endif  // __x86_64__
