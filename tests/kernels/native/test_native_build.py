@@ -3,6 +3,7 @@
 No silent skips: on a machine with a compiler, a failed build fails here (and `make test`), instead of
 every native test skipping and the plan quietly falling back to torch's formats.
 """
+import os
 import shutil
 import subprocess
 import sys
@@ -31,6 +32,23 @@ def test_the_isa_path_in_use_matches_proc_cpuinfo():
             expected.append("avx512vnni")
     assert module.isas() == expected
     assert module.best_isa() == expected[-1]
+
+
+@pytest.mark.parametrize("chosen", [None, "scalar", "haltwise_test_isa"])
+def test_auto_runs_the_widest_path_or_the_one_haltwise_native_isa_names(chosen):
+    """isa="auto" (every linear and the decode stack) runs the widest path, or the one the environment
+    names for an A/B run; a name this CPU cannot run fails the first call, naming the paths it can."""
+    module = build.load()
+    assert module is not None, build.failure()
+    env = {k: v for k, v in os.environ.items() if k != "HALTWISE_NATIVE_ISA"} | ({"HALTWISE_NATIVE_ISA": chosen} if chosen else {})
+    code = ("import torch; from haltwise.kernels.native import build; m = build.load(); print(m.auto_isa());"
+            "m.dense(torch.ones(1, 32), torch.ones(2, 32)); print('ran')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    if chosen == "haltwise_test_isa":
+        assert out.returncode != 0 and f"unknown ISA path {chosen} (this CPU runs: {module.best_isa()}" in out.stderr
+    else:
+        assert out.returncode == 0, out.stderr
+        assert out.stdout.split() == [chosen or module.best_isa(), "ran"]
 
 
 def test_setup_fails_when_the_build_fails_with_a_compiler_present(monkeypatch):

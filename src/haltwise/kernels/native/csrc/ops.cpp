@@ -4,6 +4,7 @@
 
 #include <ATen/Parallel.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -77,22 +78,32 @@ int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
 
 }  // namespace
 
-const KernelTable& table_for(const std::string& isa) {
+std::vector<std::string> isas();
+
+// "auto": the path HALTWISE_NATIVE_ISA names (A/B runs: every path gives the same bits, only speed
+// differs), else the widest this CPU runs. Read once; a path this CPU cannot run is an error at first use.
+const std::string& auto_isa() {
+  static const std::string chosen = [] {
+    const char* env = std::getenv("HALTWISE_NATIVE_ISA");
+    return std::string(env && *env ? env : isas().back().c_str());
+  }();
+  return chosen;
+}
+
+const KernelTable& table_for(const std::string& requested) {
+  const std::string& isa = requested == "auto" ? auto_isa() : requested;
   if (isa == "scalar") return scalar_kernels();
 #if defined(__x86_64__)
-  if (isa == "avx512vnni" || isa == "auto") {
-    if (cpu_has_avx512vnni()) return avx512vnni_kernels();
-    TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c/avx512f/avx512vl/avx512vnni");
+  if (isa == "avx512vnni") {
+    TORCH_CHECK(cpu_has_avx512vnni(), "haltwise native: this CPU lacks avx2/fma/f16c/avx512f/avx512vl/avx512vnni");
+    return avx512vnni_kernels();
   }
-  if (isa == "avx2" || isa == "auto") {
-    if (cpu_has_avx2()) return avx2_kernels();
-    TORCH_CHECK(isa == "auto", "haltwise native: this CPU lacks avx2/fma/f16c");
+  if (isa == "avx2") {
+    TORCH_CHECK(cpu_has_avx2(), "haltwise native: this CPU lacks avx2/fma/f16c");
+    return avx2_kernels();
   }
-#else
-  TORCH_CHECK(isa == "auto", "haltwise native: ISA ", isa, " is not built for this architecture");
 #endif
-  TORCH_CHECK(isa == "auto" || isa == "scalar" || isa == "avx2" || isa == "avx512vnni",
-              "haltwise native: unknown ISA ", isa);
+  TORCH_CHECK(false, "haltwise native: unknown ISA path ", isa, " (this CPU runs: ", isas().back(), " and narrower)");
   return scalar_kernels();
 }
 
@@ -299,6 +310,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("argmax_rows", &haltwise_native::argmax_rows, "first index of each row's largest value (torch.max's)",
         pybind11::arg("logits"), pybind11::arg("isa") = "auto");
   m.def("best_isa", &haltwise_native::best_isa, "the widest ISA path this CPU can run");
+  m.def("auto_isa", &haltwise_native::auto_isa, "the path isa='auto' runs (HALTWISE_NATIVE_ISA, else the widest)");
   m.def("isas", &haltwise_native::isas, "every ISA path this CPU can run");
   m.def("set_threads", &haltwise_native::set_pool_threads, "native pool threads (0: torch.get_num_threads())");
   m.def("threads", &haltwise_native::pool_threads, "threads the native pool uses");
