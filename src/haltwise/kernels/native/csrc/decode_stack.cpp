@@ -293,7 +293,17 @@ class DecodeStack {
     } else {
       run_dense(l.dense.data_ptr<float>(), l.N, l.K, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
     }
-    if (l.bias.defined()) y.add_(l.bias);
+    if (l.bias.defined()) add_bias(l.bias.data_ptr<float>(), y.data_ptr<float>(), x.size(0), l.N, y.stride(0));
+  }
+
+  // y[r, :] += bias, one float add per value (the bits of torch's add_). A plain loop, not y.add_(bias):
+  // a 32-row add is big enough for torch to open an OpenMP region, whose threads then contended with the
+  // native pool's (8% of Qwen2.5's 32-row stack, mostly waiting).
+  static void add_bias(const float* bias, float* y, int64_t rows, int64_t n, int64_t ldy) {
+    for (int64_t r = 0; r < rows; ++r) {
+      float* row = y + r * ldy;
+      for (int64_t i = 0; i < n; ++i) row[i] += bias[i];
+    }
   }
 
   // h += out, where sandwich models norm the sub-layer output first (norm index 1 or 3).
