@@ -1,10 +1,11 @@
-"""The VNNI path computes the AVX2 path's bits (csrc/x8_records.inc, kx8_records.inc).
+"""The VNNI paths compute the AVX2 path's bits (csrc/x8_records.inc, kx8_records.inc).
 
 Both paths sum each lane's exact integer products (AVX2 in int16 then int32, VNNI straight into int32;
 nothing saturates or wraps) and then run the same float instructions, so every output is the same bits,
 for every X8 record format, every loop order (row counts crossing kSpanRows and kSpan) and ragged groups.
 That is what lets the default path take the widest ISA the host has without changing a single token.
-Runs where the CPU reports avx512f, avx512vl and avx512_vnni; elsewhere it skips, saying so.
+Each VNNI path runs where the CPU reports its flags (avx512vnni: avx512f, avx512vl, avx512_vnni;
+avxvnni: avx_vnni); elsewhere its cases skip, saying so.
 """
 import numpy as np
 import pytest
@@ -15,13 +16,20 @@ from haltwise.kernels.native.repack import X8, repack_x8
 from tests.kernels.native.blocks import BLOCK, random_blocks
 
 native = build.load()
-pytestmark = pytest.mark.skipif(native is None or "avx512vnni" not in native.isas(),
-                                reason="this CPU cannot run the avx512vnni path (needs avx512f, avx512vl, avx512_vnni)")
+pytestmark = pytest.mark.skipif(native is None, reason=f"native kernels unavailable: {build.failure()}")
+VNNI_PATHS = {"avx512vnni": "avx512f, avx512vl and avx512_vnni", "avxvnni": "avx_vnni"}
 ROW_COUNTS = (1, 2, 3, 4, 5, 8, 9, 16, 17, 64, 65, 70)
 
 
+def _path_or_skip(path: str) -> None:
+    if path not in native.isas():
+        pytest.skip(f"this CPU cannot run the {path} path (needs {VNNI_PATHS[path]})")
+
+
+@pytest.mark.parametrize("path", list(VNNI_PATHS))
 @pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
-def test_vnni_gives_the_avx2_bits(qtype):
+def test_vnni_gives_the_avx2_bits(qtype, path):
+    _path_or_skip(path)
     rng = np.random.default_rng(7 + int(qtype))
     cols = 3 * max(BLOCK[qtype][0], 64)
     data, _ = random_blocks(qtype, 37, cols, rng)                  # 37 rows: a ragged last group of 8
@@ -31,7 +39,7 @@ def test_vnni_gives_the_avx2_bits(qtype):
         x = torch.from_numpy(rng.standard_normal((m, cols)).astype(np.float32))
         x[:, 2] *= 50.0                                            # an outlier channel: large int8 products
         a = native.gemm(weights, [code], [37], x, "avx2")
-        b = native.gemm(weights, [code], [37], x, "avx512vnni")
+        b = native.gemm(weights, [code], [37], x, path)
         assert torch.equal(a, b), f"{qtype.name}, {m} rows: max |diff| {(a - b).abs().max().item():.3g}"
 
 
@@ -42,8 +50,10 @@ EXTREMES = {"Q4_0": [(2, 18, 0xFF)], "Q4_1": [(4, 20, 0xFF)], "Q5_0": [(2, 22, 0
             "Q6_K": [(0, 16, 0xFF), (128, 144, 0xFF), (16, 32, 0x00), (144, 160, 0x00)]}  # 31 and -32
 
 
-def test_extreme_quants_and_activations_keep_the_bits():
+@pytest.mark.parametrize("path", list(VNNI_PATHS))
+def test_extreme_quants_and_activations_keep_the_bits(path):
     """Quants at their extremes times activations of +-127: the largest products either path sums."""
+    _path_or_skip(path)
     for qtype in X8:
         per_block, nbytes = BLOCK[qtype]
         data, _ = random_blocks(qtype, 16, 2 * max(per_block, 64), np.random.default_rng(1))
@@ -55,5 +65,5 @@ def test_extreme_quants_and_activations_keep_the_bits():
         x[1] = -1.0
         x[2, ::2] = -1.0
         a = native.gemm([torch.from_numpy(packed)], [code], [16], x, "avx2")
-        b = native.gemm([torch.from_numpy(packed)], [code], [16], x, "avx512vnni")
+        b = native.gemm([torch.from_numpy(packed)], [code], [16], x, path)
         assert torch.isfinite(a).all() and torch.equal(a, b), qtype.name

@@ -1,7 +1,8 @@
 """The native GGUF-block kernels (csrc/) against gguf's own dequantization and a float matmul.
 
 Two bounds per case, for every ISA path this CPU can run (the portable path always; AVX2 where the
-CPU reports avx2+fma+f16c, skipped with that reason elsewhere):
+CPU reports avx2+fma+f16c, AVX-VNNI and AVX512-VNNI where it reports their flags too; each skipped with
+that reason elsewhere):
   * kernel logic: against x quantized to q8 exactly as the kernel does, then multiplied in float64,
     the result agrees to 1e-5 of max|y| (only float summation order differs);
   * the q8 activation error: against float32 x, every output within the analytic bound
@@ -25,12 +26,13 @@ from tests.kernels.native.blocks import BLOCK, quantize_q8, random_blocks
 
 native = build.load()
 pytestmark = pytest.mark.skipif(native is None, reason=f"native kernels unavailable: {build.failure()}")
-ISAS = ["scalar", "avx2", "avx512vnni"]
+ISAS = ["scalar", "avx2", "avxvnni", "avx512vnni"]
 
 
 def _isa_or_skip(isa: str) -> None:
     if isa not in native.isas():
-        pytest.skip(f"this CPU cannot run the {isa} path (needs avx2, fma and f16c)")
+        pytest.skip(f"this CPU cannot run the {isa} path (it needs avx2, fma and f16c; "
+                    "avxvnni also avx_vnni; avx512vnni also avx512f, avx512vl and avx512_vnni)")
 
 
 def _relative(y: np.ndarray, ref: np.ndarray) -> float:

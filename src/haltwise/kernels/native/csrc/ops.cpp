@@ -32,6 +32,14 @@ bool cpu_has_avx512vnni() {
 #endif
 }
 
+bool cpu_has_avxvnni() {
+#if defined(__x86_64__)
+  return cpu_has_avx2() && __builtin_cpu_supports("avxvnni");
+#else
+  return false;
+#endif
+}
+
 RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
   RowsKernel k = nullptr, fallback = nullptr;
   const KernelTable& s = scalar_kernels();
@@ -97,6 +105,10 @@ const KernelTable& table_for(const std::string& requested) {
   if (isa == "avx512vnni") {
     TORCH_CHECK(cpu_has_avx512vnni(), "haltwise native: this CPU lacks avx2/fma/f16c/avx512f/avx512vl/avx512vnni");
     return avx512vnni_kernels();
+  }
+  if (isa == "avxvnni") {
+    TORCH_CHECK(cpu_has_avxvnni(), "haltwise native: this CPU lacks avx2/fma/f16c/avxvnni");
+    return avxvnni_kernels();
   }
   if (isa == "avx2") {
     TORCH_CHECK(cpu_has_avx2(), "haltwise native: this CPU lacks avx2/fma/f16c");
@@ -284,7 +296,8 @@ torch::Tensor argmax_rows(const torch::Tensor& logits, const std::string& isa) {
 std::vector<std::string> isas() {
   std::vector<std::string> out{"scalar"};
   if (cpu_has_avx2()) out.push_back("avx2");
-  if (cpu_has_avx512vnni()) out.push_back("avx512vnni");
+  if (cpu_has_avxvnni()) out.push_back("avxvnni");
+  if (cpu_has_avx512vnni()) out.push_back("avx512vnni");   // widest last: EVEX has 32 vector registers
   return out;
 }
 

@@ -97,46 +97,36 @@ struct KernelTable {
   MathKernels math;
 };
 
-// The row-interleaved kernels of the AVX2 path (kernels_x8_avx2.cpp, kernels_kx8_avx2.cpp: called only
-// where the CPU reports avx2, fma and f16c) and the K-quant ones of the scalar path (kernels_kx8_scalar.cpp),
-// RowsKernel's contract.
+// The K-quant row-interleaved kernels of the scalar path (kernels_kx8_scalar.cpp), RowsKernel's contract;
+// below, the AVX2 path's six (kernels_x8_avx2.cpp, kernels_kx8_avx2.cpp: called only where the CPU reports
+// avx2, fma and f16c).
 void q4_kx8_rows_scalar(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
                         int64_t n1);
 void q6_kx8_rows_scalar(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
                         int64_t n1);
 #if defined(__x86_64__)
-void q4_0x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q4_1x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q8_0x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q5_0x8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q4_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q6_kx8_rows_avx2(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-// The same six with VNNI's dot-product instruction (kernels_x8_vnni.cpp, kernels_kx8_vnni.cpp: called only
-// where the CPU also reports avx512f, avx512vl and avx512vnni); the same bits as the AVX2 ones.
-void q4_0x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q4_1x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q8_0x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q5_0x8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q4_kx8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
-void q6_kx8_rows_vnni(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0,
-                      int64_t n1);
+// The six row-interleaved record kernels of one x86 path, RowsKernel's contract, named <kernel>_<path>.
+#define HALTWISE_X8_KERNELS(path)                                                                         \
+  void q4_0x8_rows_##path(const uint8_t*, int64_t, const ActQ8&, float*, int64_t, int64_t, int64_t);     \
+  void q4_1x8_rows_##path(const uint8_t*, int64_t, const ActQ8&, float*, int64_t, int64_t, int64_t);     \
+  void q8_0x8_rows_##path(const uint8_t*, int64_t, const ActQ8&, float*, int64_t, int64_t, int64_t);     \
+  void q5_0x8_rows_##path(const uint8_t*, int64_t, const ActQ8&, float*, int64_t, int64_t, int64_t);     \
+  void q4_kx8_rows_##path(const uint8_t*, int64_t, const ActQ8&, float*, int64_t, int64_t, int64_t);     \
+  void q6_kx8_rows_##path(const uint8_t*, int64_t, const ActQ8&, float*, int64_t, int64_t, int64_t);
+HALTWISE_X8_KERNELS(avx2)
+// The same six with VNNI's dot-product instruction, one file pair per encoding (kernels_x8_<path>.cpp,
+// kernels_kx8_<path>.cpp): AVX512-VNNI on 256-bit vectors (EVEX, with AVX512-VL) and AVX-VNNI (VEX, AVX2
+// hosts that have it). The same bits as the AVX2 ones.
+HALTWISE_X8_KERNELS(avx512vnni)
+HALTWISE_X8_KERNELS(avxvnni)
+#undef HALTWISE_X8_KERNELS
 #endif
 
 const KernelTable& scalar_kernels();
 #if defined(__x86_64__)
 const KernelTable& avx2_kernels();        // caller checks the CPU reports avx2, fma and f16c
 const KernelTable& avx512vnni_kernels();  // ... and avx512f, avx512vl and avx512vnni
+const KernelTable& avxvnni_kernels();     // ... and avxvnni
 #endif
 
 }  // namespace haltwise_native
