@@ -9,22 +9,9 @@
 #include "quant_kernels.h"
 
 #define X8_PATH(name) name##_avx512vnni
+#define X8_TABLE avx512vnni_kernels   // this path's KernelTable (x8_records.inc)
+#define X8_ISA "avx512vnni"
 #define X8_DPBUSD(acc, u8, s8) _mm256_dpbusd_epi32((acc), (u8), (s8))   // acc + the 4 u8 * s8 products
 #include "x8_records.inc"
-
-namespace haltwise_native {
-
-const KernelTable& avx512vnni_kernels() {
-  static const KernelTable table = [] {
-    KernelTable t = avx2_kernels();     // everything else is AVX2's: VNNI changes only the integer dots
-    t.isa = "avx512vnni";
-    t.q4_0x8 = q4_0x8_rows_avx512vnni, t.q4_1x8 = q4_1x8_rows_avx512vnni, t.q8_0x8 = q8_0x8_rows_avx512vnni;
-    t.q5_0x8 = q5_0x8_rows_avx512vnni, t.q4_kx8 = q4_kx8_rows_avx512vnni, t.q6_kx8 = q6_kx8_rows_avx512vnni;
-    return t;
-  }();
-  return table;
-}
-
-}  // namespace haltwise_native
 
 #endif  // __x86_64__
