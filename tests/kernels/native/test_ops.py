@@ -165,7 +165,7 @@ def test_interleaved_records_match_the_row_kernels(qtype: Q, rows: int, blocks: 
         assert _relative(y, reference) < 1e-5, isa
 
 
-# The AVX2 X8 kernels change loop order with the activation rows (kernels_x8_avx2.cpp, kernels_kx8_avx2.cpp):
+# The AVX2 X8 kernels change loop order with the activation rows (x8_records.inc, kx8_records.inc; VNNI too):
 # the tile order, then the span order (spans of up to 64 rows) from 16 rows for Q5_0 and from 8 for Q6_K;
 # the steps order for Q8_0. These row counts run each order and cross each boundary.
 LOOP_ORDER_ROWS = (7, 8, 15, 16, 17, 64, 65, 70)
