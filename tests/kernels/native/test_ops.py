@@ -165,29 +165,42 @@ def test_interleaved_records_match_the_row_kernels(qtype: Q, rows: int, blocks: 
         assert _relative(y, reference) < 1e-5, isa
 
 
-# The AVX2 X8 kernels change loop order with the activation rows (x8_records.inc, kx8_records.inc; VNNI too):
-# the tile order, then the span order (spans of up to 64 rows) from 16 rows for Q5_0 and from 8 for Q6_K;
-# the steps order for Q8_0. These row counts run each order and cross each boundary.
+# The X8 kernels change loop order with the activation rows (x8_records.inc, kx8_records.inc): the tile
+# order (tiles of 4 rows, of 8 on the VNNI paths, then 3, 2 or 1), then the span order (spans of up to 64
+# rows) from 16 rows for Q5_0 and from 8 for Q6_K; the steps order for Q8_0 on AVX2. These row counts run
+# each order and cross each boundary. 149 weight rows: two runs of 8 groups (the tiles visit a run's
+# groups in turn) and a ragged third run whose last group is ragged too.
 LOOP_ORDER_ROWS = (7, 8, 15, 16, 17, 64, 65, 70)
+WEIGHT_ROWS = 149
 
 
 @pytest.mark.parametrize("m", LOOP_ORDER_ROWS)
 @pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
 def test_interleaved_records_match_in_every_loop_order(qtype: Q, m: int) -> None:
     """Many activation rows: every ISA path gives the portable per-row kernel's numbers on the plain
-    blocks, and each row exactly the bits it gets computed alone (one row takes the tile order)."""
+    blocks, and each row exactly the bits it gets computed alone (one row takes the tile order). One
+    thread, so that one kernel call gets every weight row and its runs of groups."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _loop_orders_match(qtype, m)
+    finally:
+        torch.set_num_threads(before)
+
+
+def _loop_orders_match(qtype: Q, m: int) -> None:
     rng = np.random.default_rng(1000 * int(qtype) + m)
     cols = 2 * max(BLOCK[qtype][0], 64)
-    data, _ = random_blocks(qtype, 21, cols, rng)                 # 21 rows: a ragged last group of 8
+    data, _ = random_blocks(qtype, WEIGHT_ROWS, cols, rng)
     packed, code = repack_x8(data, qtype)
     x = torch.from_numpy(rng.standard_normal((m, cols)).astype(np.float32))
     x[:, 5] *= 30.0                                     # an outlier channel
-    reference = native.gemm([torch.from_numpy(data)], [int(qtype)], [21], x, "scalar").numpy()
+    reference = native.gemm([torch.from_numpy(data)], [int(qtype)], [WEIGHT_ROWS], x, "scalar").numpy()
     for isa in native.isas():
-        y = native.gemm([torch.from_numpy(packed)], [code], [21], x, isa)
+        y = native.gemm([torch.from_numpy(packed)], [code], [WEIGHT_ROWS], x, isa)
         assert _relative(y.numpy(), reference) < 1e-5, isa
         for i in (0, m // 2, m - 1):
-            alone = native.gemm([torch.from_numpy(packed)], [code], [21], x[i:i + 1], isa)
+            alone = native.gemm([torch.from_numpy(packed)], [code], [WEIGHT_ROWS], x[i:i + 1], isa)
             assert torch.equal(y[i:i + 1], alone), f"{isa}: row {i} of {m}"
 
 

@@ -150,9 +150,15 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
   if (M == 0 || N == 0) return;
   std::vector<int8_t> q(M * K);
   std::vector<float> ds(2 * M * nb);
-  ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K};
+  std::vector<int32_t> qsum128(M * nb);
+  ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K, qsum128.data()};
   parallel_chunks(0, M, 16, [&](int64_t m0, int64_t m1) {
     table.quantize(x, K, q.data(), ds.data(), ds.data() + M * nb, m0, m1);
+    for (int64_t i = m0 * nb; i < m1 * nb; ++i) {
+      int32_t t = 0;
+      for (int64_t k = 0; k < QK; ++k) t += q[i * QK + k];
+      qsum128[i] = 128 * t;
+    }
   });
   // Enough rows per task that a thread streams a few KiB of weights.
   // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both

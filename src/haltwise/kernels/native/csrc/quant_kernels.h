@@ -38,10 +38,11 @@ struct ActQ8 {
   const float* d;    // (M, K / 32) scale of each block
   const float* s;    // (M, K / 32) d * sum(q) of each block (offset terms of Q4_1 / Q4_K / Q4_0 / Q5_0)
   int64_t M, K;
+  const int32_t* qsum128;  // (M, K / 32) 128 * sum(q) of each block, exact (Q8_0 records on the VNNI paths)
 };
 
 // y[m * ldy + n] = sum_k W[n, k] * x[m, k] for rows n in [n0, n1) and every m.
-// w: the (N, row_bytes) raw block matrix. One call per thread's row range.
+// w: the (N, row_bytes) raw block matrix. One call per chunk of rows (thread_pool.h).
 using RowsKernel = void (*)(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy,
                             int64_t n0, int64_t n1);
 

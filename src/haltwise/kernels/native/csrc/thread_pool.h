@@ -10,7 +10,7 @@
 //
 // The call returns as soon as every chunk has run, never waiting for a worker to arrive: a worker
 // that was not scheduled in time finds no chunk left, and its share was taken by the running threads.
-// A worker descheduled *inside* a chunk is still waited for: chunks are kept small (~4 per thread),
+// A worker descheduled *inside* a chunk is still waited for: chunks are kept small (~16 per thread),
 // and a wait of over 1 ms sends the next 20 ms of calls to the caller alone (a late thread means a
 // busy core; fewer threads while it lasts).
 //
