@@ -160,10 +160,12 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
       qsum128[i] = 128 * t;
     }
   });
-  // Enough rows per task that a thread streams a few KiB of weights.
+  // Chunks of at least kChunkWork multiply-adds (and 16 rows): a small linear at few activation rows
+  // is not cut into pieces smaller than the cost of handing them out.
   // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
   // ends the same way, so neighbouring tasks still partition the rows.
-  parallel_chunks(0, N, 16, [&](int64_t b, int64_t e) {
+  constexpr int64_t kChunkWork = 1 << 18;
+  parallel_chunks(0, N, std::max<int64_t>(16, kChunkWork / (K * M)), [&](int64_t b, int64_t e) {
     for (const Shard& s : linear.shards) {
       int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
       if (lo >= hi) continue;
