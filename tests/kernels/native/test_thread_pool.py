@@ -41,6 +41,10 @@ def threads():
     native._pool_hold(0)
 
 
+# Activation rows that give a (768, 256) linear several chunks of kMinChunkWork (thread_pool.h) multiply-adds.
+BUSY_ROWS = 32
+
+
 def _gemm_case(qtype: Q, seed: int, rows=(200, 72, 40), m: int = 3):
     rng = np.random.default_rng(seed)
     parts = [random_blocks(qtype, n, 256, rng) for n in rows]
@@ -64,7 +68,7 @@ def _both(run, n: int, threads) -> tuple[torch.Tensor, torch.Tensor]:
 
 @pytest.mark.parametrize("qtype", list(SUPPORTED) + list(X8), ids=lambda q: q.name)
 def test_linears_equal_parallel_for_bit_for_bit(qtype: Q, threads) -> None:
-    for m in (1, 5, 33):   # 33 rows: the activation quantization is split too
+    for m in (1, 5, 33, 130):   # 33 rows: the activation quantization is split too; 130: the rows in ~10 chunks
         run = _gemm_case(qtype, seed=m, m=m)
         for n in THREADS:
             ours, reference = _both(run, n, threads)
@@ -97,7 +101,7 @@ def test_pool_follows_torch_threads_unless_set(threads) -> None:
 
 
 def test_a_parked_worker_does_not_hold_up_the_call(threads) -> None:
-    run = _gemm_case(Q.Q4_0, seed=7, rows=(512, 256), m=2)
+    run = _gemm_case(Q.Q4_0, seed=7, rows=(512, 256), m=BUSY_ROWS)
     threads(1)
     expected = run()
     threads(2)
@@ -118,8 +122,18 @@ def test_a_parked_worker_does_not_hold_up_the_call(threads) -> None:
     assert torch.equal(run(), expected)    # the worker rejoins: later calls still right
 
 
+def test_a_small_linear_runs_on_the_caller_alone(threads) -> None:
+    """A 1-row (312, 256) linear is ~80k multiply-adds, under one chunk's minimum: never handed out."""
+    run = _gemm_case(Q.Q4_0, seed=5, m=1)
+    threads(2)
+    native._pool_hold(0)                   # resets the per-thread chunk counts
+    for _ in range(50):
+        run()
+    assert native._pool_chunks_run(1) == 0 and native._pool_chunks_run(0) == 0   # inline: no chunk claimed
+
+
 def test_a_worker_late_inside_a_chunk_is_waited_for_and_noted(threads) -> None:
-    run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=1)
+    run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=BUSY_ROWS)
     threads(1)
     expected = run()
     threads(2)

@@ -237,7 +237,10 @@ class DecodeStack {
       for (int64_t t = 0; t < T; ++t) starts[t] = L.window > 0 && lens[t] > L.window ? lens[t] - L.window : 0;
       const std::vector<RowTile>& layer_tiles = L.window > 0 ? window_tiles : tiles;
       const int64_t num_tiles = (int64_t)layer_tiles.size();
-      parallel_chunks(0, num_tiles * KVH_, 1, [&](int64_t b, int64_t e) {
+      int64_t positions = 0;                          // summed over rows: the tasks' multiply-adds / (2 G D)
+      for (int64_t t = 0; t < T; ++t) positions += lens[t] - starts[t];
+      const int64_t task_work = std::max<int64_t>(1, 2 * G * D_ * positions / num_tiles);
+      parallel_chunks(0, num_tiles * KVH_, std::max<int64_t>(1, kMinChunkWork / task_work), [&](int64_t b, int64_t e) {
         float* mine = scratch.data() + pool_thread_index() * per_thread;
         for (int64_t task = b; task < e; ++task) {
           // the last tiles first: a prefill chunk's latest rows attend to the most positions, and a

@@ -160,12 +160,10 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
       qsum128[i] = 128 * t;
     }
   });
-  // Chunks of at least kChunkWork multiply-adds (and 16 rows): a small linear at few activation rows
-  // is not cut into pieces smaller than the cost of handing them out.
+  // Chunks of at least kMinChunkWork multiply-adds and 16 rows.
   // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
   // ends the same way, so neighbouring tasks still partition the rows.
-  constexpr int64_t kChunkWork = 1 << 18;
-  parallel_chunks(0, N, std::max<int64_t>(16, kChunkWork / (K * M)), [&](int64_t b, int64_t e) {
+  parallel_chunks(0, N, std::max<int64_t>(16, kMinChunkWork / (K * M)), [&](int64_t b, int64_t e) {
     for (const Shard& s : linear.shards) {
       int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
       if (lo >= hi) continue;
@@ -181,7 +179,8 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
 
 void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y) {
   if (M == 0 || N == 0) return;
-  parallel_chunks(0, N, 16, [&](int64_t b, int64_t e) { table.math.dense_rows(w, x, M, K, y, N, b, e); });
+  parallel_chunks(0, N, std::max<int64_t>(16, kMinChunkWork / (K * M)),
+                  [&](int64_t b, int64_t e) { table.math.dense_rows(w, x, M, K, y, N, b, e); });
 }
 
 // x (M, K) float32, w (N, K) float32 -> (M, N) = x @ w.T, batch invariant (run_dense).

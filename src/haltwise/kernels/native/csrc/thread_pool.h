@@ -24,6 +24,11 @@ namespace haltwise_native {
 
 using ChunkFn = void (*)(const void* ctx, int64_t b, int64_t e);
 
+// Multiply-adds a chunk of a linear or of attention should hold at least: handing a chunk to another
+// thread costs ~microseconds, so a step's small pieces (a 1-row decode's projections, a short context's
+// heads) run on the caller rather than in slivers.
+constexpr int64_t kMinChunkWork = 1 << 20;
+
 // Runs fn over [begin, end) in chunks of at least `grain` indices; every index exactly once.
 // Inline on the calling thread when the pool has 1 thread, the range is one chunk, the caller is a
 // pool worker (nested call), or another thread is using the pool. Rethrows the first exception.
