@@ -14,6 +14,10 @@ ENGINE_DTYPES = ("auto", "float32", "bfloat16")
 # activations' dtype (float32 stays the exact oracle).
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "int8")
 AUTO_KV_DTYPE = "int8"
+# --kv-cache-memory auto (engine/kv_cache.py): the share of available RAM the pool takes, and the most it
+# takes to fit one full-length sequence.
+KV_AUTO_FRACTION = 0.10
+KV_AUTO_MAX_FRACTION = 0.50
 
 
 @dataclass(frozen=True)

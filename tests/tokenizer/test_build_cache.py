@@ -1,6 +1,8 @@
-"""The tokenizer build cache: a hit equals a fresh build; a changed file, a bad entry or the off switch rebuilds."""
+"""The tokenizer build cache: a hit equals a fresh build (a BPE split into marshalled vocabulary and merges
+rebuilds the same tokenizer, or is stored whole); a changed file, a bad entry or the off switch rebuilds."""
 from __future__ import annotations
 
+import json
 import os
 
 import pytest
@@ -35,7 +37,19 @@ def test_second_build_is_a_cache_hit_equal_to_the_first(cache_dir, tmp_path, kin
     second = Tokenizer.from_gguf(path)
     assert (first.build_source, second.build_source) == ("built", "cache")
     _same(first, second)
-    assert len(list(cache_dir.glob("*.tokenizer.json"))) == 1
+    assert json.loads(first.backend_json()) == json.loads(second.backend_json())
+    assert [len(list(cache_dir.glob(f"*{suffix}"))) for suffix in (".bpe.marshal", ".pipeline.json",
+                                                                    ".tokenizer.json")] == [1, 1, 0]
+
+
+def test_a_tokenizer_the_split_cannot_rebuild_exactly_is_stored_whole(cache_dir, tmp_path):
+    built = Tokenizer.from_gguf(sentencepiece_gguf(tmp_path / "g.gguf", "gemma3"))
+    backend = build_cache._HFTokenizer.from_str(built.backend_json())
+    backend.enable_truncation(8)                   # not carried by the split: it would come back without it
+    build_cache.store("whole", backend, {})
+    assert sorted(p.name for p in cache_dir.glob("whole.*")) == ["whole.facts.json", "whole.tokenizer.json"]
+    again, _ = build_cache.load("whole")
+    assert again.to_str() == backend.to_str()
 
 
 def test_changed_file_is_rebuilt(cache_dir, tmp_path):
@@ -49,8 +63,8 @@ def test_changed_file_is_rebuilt(cache_dir, tmp_path):
 def test_unreadable_entry_is_rebuilt(cache_dir, tmp_path, caplog):
     path = sentencepiece_gguf(tmp_path / "g.gguf", "gemma3")
     built = Tokenizer.from_gguf(path)
-    (entry,) = cache_dir.glob("*.tokenizer.json")
-    entry.write_text("{not json")
+    (entry,) = cache_dir.glob("*.bpe.marshal")
+    entry.write_bytes(b"not marshal")
     again = Tokenizer.from_gguf(path)
     assert again.build_source == "built" and "ignoring tokenizer cache entry" in caplog.text
     _same(built, again)

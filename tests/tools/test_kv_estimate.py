@@ -7,7 +7,7 @@ import torch
 from haltwise.cli import main
 from haltwise.config import EngineConfig
 from haltwise.engine.engine import LLMEngine
-from haltwise.engine.kv_cache import parse_memory
+from haltwise.memory_size import parse_memory
 from haltwise.llm import LLM
 from haltwise.tools.kv_estimate import estimate
 

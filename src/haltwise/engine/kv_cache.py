@@ -16,13 +16,11 @@ from pathlib import Path
 
 import torch
 
-from haltwise.config import EngineConfig, ModelConfig
+from haltwise.config import KV_AUTO_FRACTION, KV_AUTO_MAX_FRACTION, EngineConfig, ModelConfig
 from haltwise.engine.page_commit import committed_zeros
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.models.kv_codec import KV_DTYPES, cache_tensor
 
-KV_AUTO_FRACTION = 0.10       # share of available RAM the auto pool takes
-KV_AUTO_MAX_FRACTION = 0.50   # the most it takes to fit one full-length sequence
 
 
 @dataclass(frozen=True)
@@ -131,26 +129,6 @@ def auto_pool_memory(config: ModelConfig, dtype: str, block_size: int, max_model
     per_token = config.kv_bytes_per_token(dtype, config.num_layers - sliding)
     window_bytes = window_blocks * block_size * config.kv_bytes_per_token(dtype, sliding)
     return window_bytes + auto_kv_memory(per_token, block_size, max_model_len, max_num_seqs)
-
-
-def parse_memory(text: str | int | float, total_ram: int | None = None) -> int | str:
-    """'512MiB', '2GB', '1000000' (bytes) or '0.1' (a fraction of RAM) -> bytes; 'auto' stays 'auto'."""
-    if isinstance(text, (int, float)) and not isinstance(text, bool):
-        text = str(text)
-    s = str(text).strip()
-    if s.lower() == "auto":
-        return "auto"
-    units = {"kib": 2**10, "mib": 2**20, "gib": 2**30, "kb": 10**3, "mb": 10**6, "gb": 10**9, "k": 2**10,
-             "m": 2**20, "g": 2**30, "b": 1}
-    for unit in sorted(units, key=len, reverse=True):
-        if s.lower().endswith(unit):
-            return int(float(s[: -len(unit)]) * units[unit])
-    value = float(s)
-    if 0 < value < 1:
-        if total_ram is None:
-            total_ram = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-        return int(value * total_ram)
-    return int(value)
 
 
 def allocate_kv_caches(config: ModelConfig, budget: KVBudget, dtype: str, zeros=committed_zeros

@@ -19,7 +19,7 @@ from typing import Any
 
 import uvicorn
 
-from haltwise.engine.kv_cache import parse_memory
+from haltwise.memory_size import parse_memory
 from haltwise.server import connections, limits, secrets
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts

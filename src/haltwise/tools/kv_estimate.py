@@ -14,7 +14,8 @@ import argparse
 import json
 
 from haltwise.config import AUTO_KV_DTYPE, EngineConfig, ModelConfig
-from haltwise.engine.kv_cache import KVBudget, parse_memory
+from haltwise.engine.kv_cache import KVBudget
+from haltwise.memory_size import parse_memory
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.models.kv_codec import KV_DTYPES, row_bytes
 

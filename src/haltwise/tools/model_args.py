@@ -4,8 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from haltwise.config import ENGINE_DTYPES, KV_CACHE_DTYPES, EngineConfig
-from haltwise.engine.kv_cache import KV_AUTO_FRACTION, parse_memory
+from haltwise.config import ENGINE_DTYPES, KV_AUTO_FRACTION, KV_CACHE_DTYPES, EngineConfig
+from haltwise.memory_size import parse_memory
 
 
 def add_model_arguments(p: argparse.ArgumentParser) -> None:

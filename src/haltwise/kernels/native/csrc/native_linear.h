@@ -38,5 +38,6 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
 void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y);
 
 void register_decode_stack(pybind11::module_& m);
+void register_repack(pybind11::module_& m);
 
 }  // namespace haltwise_native
