@@ -18,3 +18,15 @@ def smollm2():
     from haltwise.llm import LLM
 
     return LLM(dtype="float32", kv_cache_memory=512 * 2**20)
+
+
+@pytest.fixture(autouse=True)
+def _torch_threads_restored():
+    """An engine on the native stack leaves its thread's torch ops on one thread (engine/step_threads.py);
+    later tests that run torch themselves (the float32 oracles) get torch's default back."""
+    yield
+    import torch
+
+    from haltwise.engine.step_threads import TORCH_DEFAULT_THREADS
+
+    torch.set_num_threads(TORCH_DEFAULT_THREADS)

@@ -178,11 +178,13 @@ def environment() -> dict[str, Any]:
     import torch
 
     from haltwise.kernels.host import probe
+    from haltwise.kernels.native import build
 
     host = probe()
+    native = build.loaded()
     return {"python": platform.python_version(), "torch": torch.__version__, "machine": platform.machine(),
             "processor": platform.processor(), "cpu": f"{host.cpu_model} ({host.isa})",
-            "torch_threads": torch.get_num_threads(),
+            "torch_threads": torch.get_num_threads(), "native_pool_threads": native.threads() if native else None,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
 
 

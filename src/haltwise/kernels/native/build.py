@@ -96,6 +96,11 @@ def load(verbose: bool = False) -> ModuleType | None:
     return _state["module"]  # type: ignore[return-value]
 
 
+def loaded() -> ModuleType | None:
+    """The extension if load() has already returned it; never builds."""
+    return _state.get("module")  # type: ignore[return-value]
+
+
 def _import_built(path: Path) -> ModuleType | None:
     """The extension imported from a finished build, or None (no build yet, or one that does not load,
     say a link a killed build cut short: removed, so the caller's build links it again)."""
