@@ -82,9 +82,9 @@ def store(key: str | None, backend: _HFTokenizer, facts: dict[str, Any]) -> None
     if key is None:
         return
     root = _root()
-    split = _split_bpe(backend.to_str())
-    parts = ({".bpe.marshal": split[1], ".pipeline.json": split[0].encode()} if split[1] is not None
-             else {".tokenizer.json": split[0].encode()})
+    pipeline, bpe = _split_bpe(backend.to_str())
+    parts = ({".bpe.marshal": bpe, ".pipeline.json": pipeline.encode()} if bpe is not None
+             else {".tokenizer.json": pipeline.encode()})
     try:
         root.mkdir(parents=True, exist_ok=True)
         for suffix, data in (*parts.items(), (".facts.json", json.dumps(facts).encode())):
