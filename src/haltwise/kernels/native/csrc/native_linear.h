@@ -26,6 +26,9 @@ struct NativeLinear {
   int64_t N = 0, K = 0;
 };
 
+// (inputs per weight block, bytes per block) of a GGML type, or per group of 8 rows of an X8 code.
+std::pair<int64_t, int64_t> block_shape(int64_t qtype);
+
 // Validates the shards against K (inputs) and picks each shard's kernel.
 NativeLinear make_linear(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
                          const std::vector<int64_t>& rows, int64_t K, const KernelTable& table);

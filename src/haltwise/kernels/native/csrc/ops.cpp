@@ -61,6 +61,13 @@ RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
   return k ? k : fallback;
 }
 
+
+bool interleaved(int64_t qtype) { return qtype > 1000; }
+
+int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
+
+}  // namespace
+
 // Inputs per weight block and bytes per block.
 std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
   switch (qtype) {
@@ -79,12 +86,6 @@ std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
     default: TORCH_CHECK(false, "haltwise native: GGML quantization type ", qtype, " is not supported");
   }
 }
-
-bool interleaved(int64_t qtype) { return qtype > 1000; }
-
-int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
-
-}  // namespace
 
 std::vector<std::string> isas();
 

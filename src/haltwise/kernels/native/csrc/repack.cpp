@@ -16,26 +16,6 @@ namespace {
 
 namespace py = pybind11;
 
-// GGML type ids (ggml.h).
-enum : int64_t { kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ8_0 = 8, kQ4_K = 12, kQ6_K = 14 };
-
-struct Layout {
-  int64_t block;                 // bytes per row and block in the file
-  int64_t record_row;            // bytes per row and block in the record (Q4_K's scales unpacked: 148)
-};
-
-Layout layout_of(int64_t qtype) {
-  switch (qtype) {
-    case kQ4_0: return {18, 18};
-    case kQ4_1: return {20, 20};
-    case kQ5_0: return {22, 22};
-    case kQ8_0: return {34, 34};
-    case kQ4_K: return {144, 148};
-    case kQ6_K: return {210, 210};
-    default: throw std::invalid_argument("repack_x8: GGUF type " + std::to_string(qtype) + " has no X8 records");
-  }
-}
-
 // Q5_0's qh bit moves: stored bit 8t + s <- source bit (s < 4 ? 4s + t : 16 + 4(s - 4) + t), as a
 // 256-entry table per source byte (repack.py's module docstring).
 std::array<std::array<uint32_t, 256>, 4> q5_high_bit_tables() {
@@ -73,16 +53,16 @@ void put_side_by_side(uint8_t* dst, const uint8_t* values, int count) {
 int64_t write_record(uint8_t* dst, const uint8_t* const* row, int64_t qtype) {
   uint8_t* out = dst;
   switch (qtype) {
-    case kQ4_0: case kQ8_0:
+    case Q4_0: case Q8_0:
       put_rows(out, row, 0, 2), out += 16;
-      put_by_step(out, row, 2, qtype == kQ4_0 ? 16 : 32), out += 8 * (qtype == kQ4_0 ? 16 : 32);
+      put_by_step(out, row, 2, qtype == Q4_0 ? 16 : 32), out += 8 * (qtype == Q4_0 ? 16 : 32);
       break;
-    case kQ4_1:
+    case Q4_1:
       put_rows(out, row, 0, 2), out += 16;
       put_rows(out, row, 2, 2), out += 16;
       put_by_step(out, row, 4, 16), out += 128;
       break;
-    case kQ5_0:
+    case Q5_0:
       put_rows(out, row, 0, 2), out += 16;
       for (int r = 0; r < 8; ++r, out += 4) {
         uint32_t qh, moved = 0;
@@ -92,7 +72,7 @@ int64_t write_record(uint8_t* dst, const uint8_t* const* row, int64_t qtype) {
       }
       put_by_step(out, row, 6, 16), out += 128;
       break;
-    case kQ6_K: {   // ql[128] qh[64] scales[16] d -> d[8] | scales[16][8] | ql by step | qh by step
+    case Q6_K: {   // ql[128] qh[64] scales[16] d -> d[8] | scales[16][8] | ql by step | qh by step
       uint8_t scales[8][16];
       for (int r = 0; r < 8; ++r) std::memcpy(scales[r], row[r] + 192, 16);
       put_rows(out, row, 208, 2), out += 16;
@@ -101,7 +81,7 @@ int64_t write_record(uint8_t* dst, const uint8_t* const* row, int64_t qtype) {
       put_by_step(out, row, 128, 64), out += 512;
       break;
     }
-    case kQ4_K: {   // d dmin scales[12] qs[128] -> d[8] | dmin[8] | sc[8][8] | mn[8][8] | qs by step
+    case Q4_K: {   // d dmin scales[12] qs[128] -> d[8] | dmin[8] | sc[8][8] | mn[8][8] | qs by step
       uint8_t sc[8][8], mn[8][8];
       for (int r = 0; r < 8; ++r) {
         const uint8_t* s = row[r] + 4;
@@ -127,10 +107,10 @@ torch::Tensor repack_x8(py::buffer blocks, int64_t qtype) {
   const py::buffer_info in = blocks.request();
   if (in.ndim != 2 || in.itemsize != 1 || in.strides[1] != 1 || in.strides[0] != in.shape[1])
     throw std::invalid_argument("repack_x8: blocks must be a C-contiguous (rows, bytes per row) uint8 array");
-  const Layout lay = layout_of(qtype);
+  const int64_t block = block_shape(qtype).second, record = block_shape(qtype + 1000).second;   // 8 rows' record
   const int64_t rows = in.shape[0], row_bytes = in.shape[1];
-  if (row_bytes % lay.block) throw std::invalid_argument("repack_x8: a row is not a whole number of blocks");
-  const int64_t nb = row_bytes / lay.block, groups = (rows + 7) / 8, record = 8 * lay.record_row;
+  if (row_bytes % block) throw std::invalid_argument("repack_x8: a row is not a whole number of blocks");
+  const int64_t nb = row_bytes / block, groups = (rows + 7) / 8;
   torch::Tensor out = torch::empty({groups, nb * record}, torch::TensorOptions().dtype(torch::kUInt8));
   const auto* src = static_cast<const uint8_t*>(in.ptr);
   uint8_t* dst = out.data_ptr<uint8_t>();
@@ -143,7 +123,7 @@ torch::Tensor repack_x8(py::buffer blocks, int64_t qtype) {
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t* rec = dst + (g * nb + b) * record;
         const uint8_t* at[8];
-        for (int r = 0; r < 8; ++r) at[r] = row[r] + b * lay.block;
+        for (int r = 0; r < 8; ++r) at[r] = row[r] + b * block;
         write_record(rec, at, qtype);
       }
     }
