@@ -156,9 +156,13 @@ class RotaryEmbedding(nn.Module):
         if freq_factors is not None:
             inv_freq = inv_freq / torch.tensor(freq_factors, dtype=torch.float32)
         freqs = torch.arange(max_len).float()[:, None] * inv_freq[None, :]  # (L, D/2)
-        emb = torch.cat((freqs, freqs), dim=-1)                               # (L, D)
-        self.register_buffer("cos", emb.cos() * scaling, persistent=False)   # (L, D)
-        self.register_buffer("sin", emb.sin() * scaling, persistent=False)   # (L, D)
+        # transformers takes cos/sin of cat((freqs, freqs)): the same D/2 values twice per row, computed once here
+        # (half the start's cos/sin work; elementwise, so the same bits). x * 1.0 == x: unscaled tables skip it.
+        cos, sin = freqs.cos(), freqs.sin()
+        if scaling != 1.0:
+            cos, sin = cos * scaling, sin * scaling
+        self.register_buffer("cos", torch.cat((cos, cos), dim=-1), persistent=False)   # (L, D)
+        self.register_buffer("sin", torch.cat((sin, sin), dim=-1), persistent=False)   # (L, D)
         self.attention_scaling = scaling
         self.max_len = max_len
         self._ntk = (rope_theta, head_dim, (rope_scaling or {}).get("factor"), max_position_embeddings)
