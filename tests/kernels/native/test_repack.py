@@ -37,6 +37,21 @@ def test_a_read_only_map_is_read_and_left_as_it_was():
     assert np.array_equal(records, reference_x8(data, Q.Q8_0)[0]) and np.array_equal(frozen, data)
 
 
+@pytest.mark.parametrize("qtype", [Q.Q8_0, Q.Q4_K], ids=lambda q: q.name)
+@pytest.mark.parametrize("cuts", [(8, 16), (3,), (5, 6, 13), (0, 23)])
+def test_parts_are_regrouped_as_their_rows_concatenated(qtype, cuts):
+    """A fused linear's shards go in as parts; a group of 8 rows may straddle two or three of them."""
+    data = np.random.default_rng(len(cuts)).integers(0, 256, (23, 2 * BLOCK_BYTES[qtype]), dtype=np.uint8)
+    parts = np.split(data, cuts)
+    records, code = repack_x8(parts, qtype)
+    assert code == X8[qtype] and np.array_equal(records, reference_x8(data, qtype)[0])
+
+
+def test_parts_of_different_row_lengths_are_refused():
+    with pytest.raises(ValueError, match="differ in length"):
+        repack_x8([np.zeros((8, 34), dtype=np.uint8), np.zeros((8, 68), dtype=np.uint8)], Q.Q8_0)
+
+
 def test_a_type_without_records_or_a_ragged_row_is_refused():
     with pytest.raises(ValueError, match="Q2_K"):
         repack_x8(np.zeros((8, 84), dtype=np.uint8), Q.Q2_K)

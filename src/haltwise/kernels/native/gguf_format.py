@@ -55,13 +55,12 @@ def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlo
         else:
             runs.append((int(qtype), [shard.data]))
     weights, qtypes, rows = [], [], []
-    for qtype, parts in runs:
-        data = np.concatenate(parts) if len(parts) > 1 else parts[0]    # parts[0]: a read-only view of the map
-        rows.append(data.shape[0])
+    for qtype, parts in runs:                                              # parts: read-only views of the map
+        rows.append(sum(part.shape[0] for part in parts))
         if interleave and Q(qtype) in X8:
-            data, qtype = repack_x8(data, Q(qtype))                        # new records
-        elif len(parts) == 1:
-            data = np.array(data)                                          # a writable copy, the map stays unread
+            data, qtype = repack_x8(parts, Q(qtype))                       # new records, read from the map
+        else:
+            data = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])   # writable copies
         weights.append(torch.from_numpy(data))
         qtypes.append(qtype)
     if sum(rows) != out_features:

@@ -21,6 +21,8 @@ same whatever its lane.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 from gguf import GGMLQuantizationType as Q
 
@@ -30,11 +32,13 @@ from haltwise.kernels.native import build
 X8 = {Q.Q4_0: 1002, Q.Q4_1: 1003, Q.Q5_0: 1006, Q.Q8_0: 1008, Q.Q4_K: 1012, Q.Q6_K: 1014}
 
 
-def repack_x8(data: np.ndarray, qtype: Q) -> tuple[np.ndarray, int]:
-    """(rows, bytes_per_row) blocks -> ((ceil(rows / 8), group record bytes) records, X8 code).
+def repack_x8(data: np.ndarray | Sequence[np.ndarray], qtype: Q) -> tuple[np.ndarray, int]:
+    """(rows, bytes_per_row) blocks, or parts of them whose rows follow one another (a fused linear's
+    shards, so they need no concatenated copy) -> ((ceil(rows / 8), group record bytes) records, X8 code).
 
     One pass in the native extension (csrc/repack.cpp), without the GIL: a start regroups every linear it
     runs (Qwen2.5-Coder-0.5B: 485 MB of blocks, 1.75 s as numpy strided copies on one thread here)."""
     if qtype not in X8:
         raise ValueError(f"GGUF type {Q(qtype).name} has no X8 records")
-    return build.load().repack_x8(np.ascontiguousarray(data), int(qtype)).numpy(), X8[qtype]
+    parts = [data] if isinstance(data, np.ndarray) else list(data)
+    return build.load().repack_x8([np.ascontiguousarray(p) for p in parts], int(qtype)).numpy(), X8[qtype]

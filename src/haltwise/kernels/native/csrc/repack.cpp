@@ -102,24 +102,32 @@ int64_t write_record(uint8_t* dst, const uint8_t* const* row, int64_t qtype) {
   return out - dst;
 }
 
-// (rows, bytes per row) blocks of `qtype` -> (ceil(rows / 8), records) uint8, rows padded with zero blocks.
-torch::Tensor repack_x8(py::buffer blocks, int64_t qtype) {
-  const py::buffer_info in = blocks.request();
-  if (in.ndim != 2 || in.itemsize != 1 || in.strides[1] != 1 || in.strides[0] != in.shape[1])
-    throw std::invalid_argument("repack_x8: blocks must be a C-contiguous (rows, bytes per row) uint8 array");
+// Parts of (rows_i, bytes per row) blocks of `qtype`, their rows read as one matrix (a fused linear's
+// shards, never concatenated first) -> (ceil(rows / 8), records) uint8, rows padded with zero blocks.
+torch::Tensor repack_x8(const std::vector<py::buffer>& parts, int64_t qtype) {
   const int64_t block = block_shape(qtype).second, record = block_shape(qtype + 1000).second;   // 8 rows' record
-  const int64_t rows = in.shape[0], row_bytes = in.shape[1];
+  std::vector<const uint8_t*> starts;     // every row's first byte, part after part
+  int64_t row_bytes = -1;
+  for (const py::buffer& part : parts) {
+    const py::buffer_info in = part.request();
+    if (in.ndim != 2 || in.itemsize != 1 || in.strides[1] != 1 || in.strides[0] != in.shape[1])
+      throw std::invalid_argument("repack_x8: each part must be a C-contiguous (rows, bytes per row) uint8 array");
+    if (row_bytes >= 0 && in.shape[1] != row_bytes)
+      throw std::invalid_argument("repack_x8: the parts' rows differ in length");
+    row_bytes = in.shape[1];
+    for (int64_t r = 0; r < in.shape[0]; ++r) starts.push_back(static_cast<const uint8_t*>(in.ptr) + r * row_bytes);
+  }
+  if (row_bytes < 0) throw std::invalid_argument("repack_x8: no parts");
   if (row_bytes % block) throw std::invalid_argument("repack_x8: a row is not a whole number of blocks");
-  const int64_t nb = row_bytes / block, groups = (rows + 7) / 8;
+  const int64_t rows = static_cast<int64_t>(starts.size()), nb = row_bytes / block, groups = (rows + 7) / 8;
   torch::Tensor out = torch::empty({groups, nb * record}, torch::TensorOptions().dtype(torch::kUInt8));
-  const auto* src = static_cast<const uint8_t*>(in.ptr);
   uint8_t* dst = out.data_ptr<uint8_t>();
   {
-    py::gil_scoped_release unlocked;
+    py::gil_scoped_release unlocked;     // the parts' buffers stay alive: the caller holds them
     std::vector<uint8_t> zeros(row_bytes, 0);
     for (int64_t g = 0; g < groups; ++g) {
       const uint8_t* row[8];
-      for (int r = 0; r < 8; ++r) row[r] = 8 * g + r < rows ? src + (8 * g + r) * row_bytes : zeros.data();
+      for (int r = 0; r < 8; ++r) row[r] = 8 * g + r < rows ? starts[8 * g + r] : zeros.data();
       for (int64_t b = 0; b < nb; ++b) {
         uint8_t* rec = dst + (g * nb + b) * record;
         const uint8_t* at[8];
@@ -134,8 +142,8 @@ torch::Tensor repack_x8(py::buffer blocks, int64_t qtype) {
 }  // namespace
 
 void register_repack(py::module_& m) {
-  m.def("repack_x8", &repack_x8, "GGUF block rows -> X8 records (8 rows side by side; repack.py)",
-        py::arg("blocks"), py::arg("qtype"));
+  m.def("repack_x8", &repack_x8, "GGUF block rows, in parts -> X8 records (8 rows side by side; repack.py)",
+        py::arg("parts"), py::arg("qtype"));
 }
 
 }  // namespace haltwise_native
