@@ -39,6 +39,16 @@ def test_the_collector_is_off_inside_and_as_before_after(enabled):
         gc.enable()
 
 
+def test_freeze_takes_what_was_made_out_of_the_collectors_reach():
+    before = gc.get_freeze_count()
+    try:
+        with paused_gc(freeze=True):
+            made = [[i] for i in range(1000)]
+        assert gc.get_freeze_count() >= before + len(made)
+    finally:
+        gc.unfreeze()
+
+
 def test_the_collector_is_back_after_an_exception():
     with pytest.raises(RuntimeError), paused_gc():
         raise RuntimeError("boom")

@@ -45,7 +45,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    with paused_gc():    # the command's imports (torch, FastAPI) make objects that stay: see paused_gc.py
+    with paused_gc(freeze=True):    # the command's imports (torch, FastAPI) make objects that stay (paused_gc.py)
         parser = build_parser(only=argv[0] if argv and argv[0] in COMMANDS else "")
         args = parser.parse_args(argv)
     if not args.command:
