@@ -17,7 +17,7 @@ needs_llama_cpp = pytest.mark.skipif(bool(MISSING), reason=f"llama.cpp binaries 
 
 def test_commands_bind_loopback_and_size_llama_server_slots(tmp_path):
     ours = haltwise_server_cmd(8002, "bfloat16", tiny=True)
-    assert ours[1:3] == ["-m", "haltwise.server.serve"] and "--tiny" in ours and "bfloat16" in ours
+    assert ours[1:4] == ["-m", "haltwise.cli", "serve"] and "--tiny" in ours and "bfloat16" in ours
     assert ours[ours.index("--host") + 1] == "127.0.0.1"
     peer = llama_cpp.llama_server_cmd(tmp_path, 8001, "/m.gguf", 2, 8, 400)
     assert peer[0] == str(tmp_path / "llama-server")

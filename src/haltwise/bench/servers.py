@@ -29,13 +29,16 @@ def free_port() -> int:
 
 def haltwise_server_cmd(port: int, dtype: str = "auto", tiny: bool = False, model: str | None = None,
                         extra: tuple[str, ...] = ()) -> list[str]:
-    """`haltwise serve` (run as `python -m haltwise.server.serve`, the same options); ready at /ready."""
-    cmd = [sys.executable, "-m", "haltwise.server.serve", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype]
+    """`haltwise serve`, as users start it (the CLI: `python -m haltwise.cli serve`); ready at /ready."""
+    cmd = [sys.executable, "-m", "haltwise.cli", "serve", "--host", "127.0.0.1", "--port", str(port), "--dtype", dtype]
     if tiny:
         cmd.append("--tiny")
     if model:
         cmd += ["--model", model]
     return cmd + list(extra)
+
+
+READY_POLL_S = 0.05     # ready_s is late by at most this much
 
 
 class ServerProcess:
@@ -77,7 +80,7 @@ class ServerProcess:
                     return
             except httpx.HTTPError:
                 pass
-            time.sleep(0.3)
+            time.sleep(READY_POLL_S)
         self._keep_log = True
         tail = self.log_tail()
         self.stop()

@@ -166,12 +166,7 @@ class _DrainingServer(uvicorn.Server):
         return await super().on_tick(counter)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """`python -m haltwise.server.serve` (the same options as `haltwise serve`)."""
-    parser = argparse.ArgumentParser(prog="haltwise serve", description=__doc__.splitlines()[0])
-    add_arguments(parser)
-    return run(parser.parse_args(argv))
+if __name__ == "__main__":     # `python -m haltwise.server.serve ...` is `haltwise serve ...`
+    from haltwise.cli import main
 
-
-if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(["serve", *sys.argv[1:]]))
