@@ -97,8 +97,7 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     engine.kernel_plan = plan
     # The model, tokenizer and vocab tables live as long as the engine: keep them out of the cyclic
     # collector's full passes, which otherwise walk them every few hundred steps (~5% of a decode step).
-    # Frozen without a collection first (0.2 s of the start): the start's cyclic garbage, ~8k small
-    # objects of the imports and no array (tests/engine/test_factory.py), stays with them.
+    gc.collect()
     gc.freeze()
     return engine
 
