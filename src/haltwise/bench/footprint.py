@@ -9,7 +9,9 @@ For each model (catalog names or GGUF files), in one run:
   4. each serves the same --requests streamed completions of --max-tokens tokens; peak RSS (VmHWM) is
      read after them, and for haltwise once its whole KV pool is committed (it commits after ready:
      haltwise_kv_blocks_committed reaches haltwise_kv_blocks_total), so both hold their whole pool.
-Ready = start -> first 200 from /ready (haltwise) or /health (llama-server). Ratios are haltwise / peer.
+Ready = start -> first 200 from /ready (haltwise) or /health (llama-server), the median of --starts starts
+of each (the last one serves the requests): one start's time moved 30% between runs here. Ratios are
+haltwise / peer.
 """
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ import asyncio
 import json
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -43,6 +46,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--requests", type=int, default=8, help="streamed completions served before reading peak RSS")
     p.add_argument("--max-tokens", type=int, default=32)
     p.add_argument("--threads", type=int, default=min(4, os.cpu_count() or 1))
+    p.add_argument("--starts", type=int, default=3, help="starts of each server; ready is their median")
     p.add_argument("--first-start", action="store_true", help="also time a start with empty plan/tokenizer caches")
     p.add_argument("--llama-bin", default=None, help="directory with llama-server (default: make bench-setup's)")
     p.add_argument("--json", default=None, metavar="PATH")
@@ -56,15 +60,29 @@ def kv_capacity(log: str) -> int:
     return int(found.group(3))
 
 
-def _serve(server: ServerProcess, requests: int, max_tokens: int, extra: dict[str, Any],
-           settle: Callable[[], bool] = lambda: True) -> dict[str, Any]:
+def _serve(server: ServerProcess, earlier_ready_s: list[float], requests: int, max_tokens: int,
+           extra: dict[str, Any], settle: Callable[[], bool] = lambda: True) -> dict[str, Any]:
     prompts = [common.long_text(400 * requests)[i * 400:(i + 1) * 400] for i in range(requests)]
     load = asyncio.run(run_load(server.base_url, prompts, min(requests, PARALLEL), max_tokens, extra_body=extra))
     deadline = time.monotonic() + SETTLE_S
     while not settle() and time.monotonic() < deadline:
         time.sleep(0.1)
-    return {"ready_s": server.ready_s, "peak_rss_mib": server.peak_rss_mib(), "failed": load.failed,
-            "settled": settle()}
+    starts = [*earlier_ready_s, server.ready_s]
+    return {"ready_s": statistics.median(starts), "ready_s_each": starts, "peak_rss_mib": server.peak_rss_mib(),
+            "failed": load.failed, "settled": settle()}
+
+
+def _ready_times(make: Callable[[], ServerProcess], times: int) -> list[float]:
+    """Start -> ready of `times` starts of a server, each stopped once ready."""
+    out = []
+    for _ in range(times):
+        server = make()
+        try:
+            server.start()
+            out.append(server.ready_s)
+        finally:
+            server.stop()
+    return out
 
 
 def _pool_committed(server: ServerProcess) -> bool:
@@ -76,10 +94,14 @@ def _pool_committed(server: ServerProcess) -> bool:
 
 def _haltwise(gguf: str, threads: int, env: dict[str, str] | None = None) -> ServerProcess:
     port = free_port()
-    server = ServerProcess(haltwise_server_cmd(port, "auto", False, gguf, ("--threads", str(threads))), port,
-                           "haltwise", "/ready", start_timeout_s=1800.0, env=env)
-    server.start()
-    return server
+    return ServerProcess(haltwise_server_cmd(port, "auto", False, gguf, ("--threads", str(threads))), port,
+                         "haltwise", "/ready", start_timeout_s=1800.0, env=env)
+
+
+def _llama_server(directory: Path, gguf: str, threads: int, kv_tokens: int) -> ServerProcess:
+    port = free_port()
+    return ServerProcess(llama_cpp.llama_server_cmd(directory, port, gguf, threads, PARALLEL,
+                                                    max(1, kv_tokens // PARALLEL)), port, "llama-server", "/health")
 
 
 def measure(model: str, args: argparse.Namespace, directory: Path | None) -> dict[str, Any]:
@@ -90,22 +112,21 @@ def measure(model: str, args: argparse.Namespace, directory: Path | None) -> dic
     row: dict[str, Any] = {"model": model, "gguf": gguf}
     if args.first_start:
         with tempfile.TemporaryDirectory() as empty:
-            first = _haltwise(gguf, args.threads, {"HALTWISE_CACHE_DIR": empty})
-            row["haltwise_first_ready_s"] = first.ready_s
-            first.stop()
+            (row["haltwise_first_ready_s"],) = _ready_times(lambda: _haltwise(gguf, args.threads,
+                                                                              {"HALTWISE_CACHE_DIR": empty}), 1)
+    earlier = _ready_times(lambda: _haltwise(gguf, args.threads), args.starts - 1)
     ours = _haltwise(gguf, args.threads)
     try:
+        ours.start()
         row["kv_tokens"] = kv_capacity(ours.log_tail(100_000))
-        row["haltwise"] = _serve(ours, args.requests, args.max_tokens, bodies["haltwise"],
+        row["haltwise"] = _serve(ours, earlier, args.requests, args.max_tokens, bodies["haltwise"],
                                  settle=lambda: _pool_committed(ours))
     finally:
         ours.stop()
     if directory is not None:
-        port = free_port()
-        ctx_per_slot = max(1, row["kv_tokens"] // PARALLEL)
-        with ServerProcess(llama_cpp.llama_server_cmd(directory, port, gguf, args.threads, PARALLEL, ctx_per_slot),
-                           port, "llama-server", "/health") as peer:
-            row["llama.cpp"] = _serve(peer, args.requests, args.max_tokens, bodies["llama.cpp"])
+        earlier = _ready_times(lambda: _llama_server(directory, gguf, args.threads, row["kv_tokens"]), args.starts - 1)
+        with _llama_server(directory, gguf, args.threads, row["kv_tokens"]) as peer:
+            row["llama.cpp"] = _serve(peer, earlier, args.requests, args.max_tokens, bodies["llama.cpp"])
         for key in ("ready_s", "peak_rss_mib"):
             a, b = row["haltwise"][key], row["llama.cpp"][key]
             row[f"{key}_ratio"] = round(a / b, 2) if a and b else None
@@ -113,6 +134,9 @@ def measure(model: str, args: argparse.Namespace, directory: Path | None) -> dic
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.starts < 1:
+        print("bench footprint: --starts must be at least 1", file=sys.stderr)
+        return 2
     directory = llama_cpp.bin_dir(args.llama_bin)
     if llama_cpp.missing_binaries(directory):
         print(f"bench footprint: {llama_cpp.SETUP_HINT.format(where=directory)}; measuring haltwise alone",
@@ -122,13 +146,16 @@ def run(args: argparse.Namespace) -> int:
     for model in [m for m in args.models.split(",") if m]:
         print(f"[footprint] {model}", file=sys.stderr, flush=True)
         rows.append(measure(model, args, directory))
-    print(f"{'model':<22} {'KV tokens':>9} {'ready s (ours/peer = x)':>26} {'peak RSS MiB (ours/peer = x)':>32}")
+    print(f"{'model':<22} {'KV tokens':>9} {'ready s (ours/peer = x)':>26} {'peak RSS MiB (ours/peer = x)':>32}"
+          f"  (ready: median of {args.starts} starts)")
     for r in rows:
         ours, peer = r["haltwise"], r.get("llama.cpp") or {}
         ready = f"{ours['ready_s']:.1f}" + (f" / {peer['ready_s']:.1f} = {r['ready_s_ratio']}x" if peer else "")
         rss = f"{ours['peak_rss_mib']:.0f}" + (f" / {peer['peak_rss_mib']:.0f} = {r['peak_rss_mib_ratio']}x" if peer else "")
         first = f"  (first start {r['haltwise_first_ready_s']:.1f} s)" if "haltwise_first_ready_s" in r else ""
         first += "" if ours["settled"] else f"  (haltwise's pool still committing after {SETTLE_S:.0f} s)"
+        first += "  starts: " + " ".join(f"{t:.1f}" for t in ours["ready_s_each"]) + (
+            " / " + " ".join(f"{t:.1f}" for t in peer["ready_s_each"]) if peer else "")
         print(f"{r['model']:<22} {r['kv_tokens']:>9} {ready:>26} {rss:>32}{first}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
