@@ -28,18 +28,21 @@ def _path_or_skip(path: str) -> None:
 
 @pytest.mark.parametrize("path", list(VNNI_PATHS))
 @pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
-def test_vnni_gives_the_avx2_bits(qtype, path):
+# 37 weight rows: two pairs of groups of 8, then a ragged single group; 45: the last pair ragged; 136:
+# more than one run of groups (x8_pairs_zmm.inc takes pairs from 16 activation rows)
+@pytest.mark.parametrize("out_rows", [37, 45, 136])
+def test_vnni_gives_the_avx2_bits(qtype, path, out_rows):
     _path_or_skip(path)
     rng = np.random.default_rng(7 + int(qtype))
     cols = 3 * max(BLOCK[qtype][0], 64)
-    data, _ = random_blocks(qtype, 37, cols, rng)                  # 37 rows: a ragged last group of 8
+    data, _ = random_blocks(qtype, out_rows, cols, rng)
     packed, code = repack_x8(data, qtype)
     weights = [torch.from_numpy(packed)]
     for m in ROW_COUNTS:
         x = torch.from_numpy(rng.standard_normal((m, cols)).astype(np.float32))
         x[:, 2] *= 50.0                                            # an outlier channel: large int8 products
-        a = native.gemm(weights, [code], [37], x, "avx2")
-        b = native.gemm(weights, [code], [37], x, path)
+        a = native.gemm(weights, [code], [out_rows], x, "avx2")
+        b = native.gemm(weights, [code], [out_rows], x, path)
         assert torch.equal(a, b), f"{qtype.name}, {m} rows: max |diff| {(a - b).abs().max().item():.3g}"
 
 
@@ -61,9 +64,9 @@ def test_extreme_quants_and_activations_keep_the_bits(path):
         for lo, hi, value in EXTREMES[qtype.name]:
             blocks[:, :, lo:hi] = value
         packed, code = repack_x8(blocks.reshape(16, -1), qtype)
-        x = torch.ones(3, blocks.shape[1] * per_block)
-        x[1] = -1.0
-        x[2, ::2] = -1.0
+        x = torch.ones(18, blocks.shape[1] * per_block)          # 18 rows: the 512-bit pairs too
+        x[1::3] = -1.0
+        x[2::3, ::2] = -1.0
         a = native.gemm([torch.from_numpy(packed)], [code], [16], x, "avx2")
         b = native.gemm([torch.from_numpy(packed)], [code], [16], x, path)
         assert torch.isfinite(a).all() and torch.equal(a, b), qtype.name

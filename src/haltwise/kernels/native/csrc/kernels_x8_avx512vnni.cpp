@@ -1,7 +1,7 @@
 // The 32-input row-interleaved records' kernels (x8_records.inc) with AVX512-VNNI's vpdpbusd on 256-bit
-// vectors (AVX512-VL): AVX2's arithmetic, one instruction a step where AVX2 spends two or three. Compiled
-// for that ISA alone (the pragma below); ops.cpp calls them only where the CPU reports avx2, fma, f16c,
-// avx512f, avx512vl and avx512vnni.
+// vectors (AVX512-VL), and on 512-bit ones from 16 activation rows (x8_pairs_zmm.inc): AVX2's arithmetic,
+// one instruction a step where AVX2 spends two or three. Compiled for that ISA alone (the pragma below);
+// ops.cpp calls them only where the CPU reports avx2, fma, f16c, avx512f, avx512vl and avx512vnni.
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
 #include <immintrin.h>
@@ -12,6 +12,7 @@
 #define X8_TABLE avx512vnni_kernels   // this path's KernelTable (x8_records.inc)
 #define X8_ISA "avx512vnni"
 #define X8_DPBUSD(acc, u8, s8) _mm256_dpbusd_epi32((acc), (u8), (s8))   // acc + the 4 u8 * s8 products
+#define X8_ZMM 1   // from x8_pairs_zmm.inc's kPairRows rows, two groups of 8 rows per 512-bit vector
 #include "x8_records.inc"
 
 #endif  // __x86_64__

@@ -151,15 +151,16 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
   if (M == 0 || N == 0) return;
   std::vector<int8_t> q(M * K);
   std::vector<float> ds(2 * M * nb);
-  std::vector<int32_t> qsum128(M * nb);
-  ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K, qsum128.data()};
+  std::vector<int32_t> qsum128(M * nb), qsum16x32(2 * M * nb);
+  ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K, qsum128.data(), qsum16x32.data()};
   parallel_chunks(0, M, 16, [&](int64_t m0, int64_t m1) {
     table.quantize(x, K, q.data(), ds.data(), ds.data() + M * nb, m0, m1);
-    for (int64_t i = m0 * nb; i < m1 * nb; ++i) {
+    for (int64_t i = 2 * m0 * nb; i < 2 * m1 * nb; ++i) {     // halves of 16 inputs
       int32_t t = 0;
-      for (int64_t k = 0; k < QK; ++k) t += q[i * QK + k];
-      qsum128[i] = 128 * t;
+      for (int64_t k = 0; k < QK / 2; ++k) t += q[i * (QK / 2) + k];
+      qsum16x32[i] = 32 * t;
     }
+    for (int64_t i = m0 * nb; i < m1 * nb; ++i) qsum128[i] = 4 * (qsum16x32[2 * i] + qsum16x32[2 * i + 1]);
   });
   // Chunks of at least kMinChunkWork multiply-adds and 16 rows.
   // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both

@@ -39,6 +39,7 @@ struct ActQ8 {
   const float* s;    // (M, K / 32) d * sum(q) of each block (offset terms of Q4_1 / Q4_K / Q4_0 / Q5_0)
   int64_t M, K;
   const int32_t* qsum128;  // (M, K / 32) 128 * sum(q) of each block, exact (Q8_0 records on the VNNI paths)
+  const int32_t* qsum16x32;  // (M, K / 16) 32 * sum(q) of each 16 inputs, exact (Q6_K records, 512-bit path)
 };
 
 // y[m * ldy + n] = sum_k W[n, k] * x[m, k] for rows n in [n0, n1) and every m.
