@@ -28,12 +28,15 @@ import hashlib
 import importlib
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 import torch
 
 from haltwise.kernels.host import HostInfo
+
+if TYPE_CHECKING:
+    from haltwise.kernels.record_cache import RecordCache
 
 
 GROUP_SAMPLE_ROWS = 8    # rows the group key checks for a 4-bit grid (cheap; prepare checks all)
@@ -70,6 +73,7 @@ class LinearSource:
         if weight.is_meta and load_weight is None:
             raise ValueError(f"{name}: a meta weight needs load_weight")
         self.name, self.bias, self.gguf, self.max_rows = name, bias, gguf, max_rows
+        self.records: RecordCache | None = None     # the model's regrouped records on disk (set by the plan)
         self._stored, self._load, self._loaded = weight, load_weight, None
         self._group: str | None = None
 

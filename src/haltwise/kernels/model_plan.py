@@ -17,6 +17,7 @@ from haltwise.kernels.native import build
 from haltwise.kernels.plan import (BUCKETS, FALLBACK, INVARIANT_FALLBACKS, KernelPlan, VerifyReport, group_sources,
                                    measure_plan)
 from haltwise.kernels.planned_linear import PlannedLinear, apply_plan, linear_sources
+from haltwise.kernels.record_cache import RecordCache
 from haltwise.kernels.verify import verify_model
 
 log = logging.getLogger("haltwise.kernels")
@@ -35,6 +36,7 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     """Measure (or read from the cache) the plan for every nn.Linear of `model`, then apply it.
 
     model_path identifies the weights for the cache (None: an in-memory model, keyed by its shapes only).
+    use_cache: read and write the plan cache, and a GGUF's regrouped records (kernels/record_cache.py).
     batch_invariant: one batch-invariant format per linear (the default path; kernels/plan.py).
     calibrate(model) -> {linear name: real input rows} (models/calibration.py), called once the plan is
     applied: every planned linear is verified on them (kernels/verify.py) and a failing one falls back.
@@ -47,8 +49,12 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     host = host or probe()
     formats = all_formats() if formats is None else formats
     sources = list(linear_sources(model))
+    records = None
     if hasattr(model, "config"):  # raw GGUF blocks for the native formats (kernels/gguf_blocks.py)
-        attach_gguf_blocks([s for _, _, s in sources], model_path, model.config)
+        if attach_gguf_blocks([s for _, _, s in sources], model_path, model.config) and use_cache:
+            records = RecordCache.for_model(Path(model_path))        # their regrouped records (record_cache.py)
+            for _, _, source in sources:
+                source.records = records
     groups = group_sources(s for _, _, s in sources)
     shapes = hashlib.sha256(",".join(sorted(groups)).encode()).hexdigest()[:12]
     key = plan_cache.plan_key(host, plan_cache.model_identity(model_path), registry_version(formats),
@@ -73,6 +79,9 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
         counts = format_counts(model)
     for _, _, source in sources:
         source.release()
+        source.records = None
+    if records is not None:
+        records.save()
     if use_cache and not plan.noisy and (verified_now or not plan.from_cache):
         plan_cache.store(plan)
     return plan, counts

@@ -58,7 +58,7 @@ def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlo
     for qtype, parts in runs:                                              # parts: read-only views of the map
         rows.append(sum(part.shape[0] for part in parts))
         if interleave and Q(qtype) in X8:
-            data, qtype = repack_x8(parts, Q(qtype))                       # new records, read from the map
+            data, qtype = _records(source, len(rows) - 1, parts, Q(qtype))
         else:
             data = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])   # writable copies
         weights.append(torch.from_numpy(data))
@@ -66,6 +66,20 @@ def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlo
     if sum(rows) != out_features:
         raise Unsupported(f"GGUF shards hold {sum(rows)} rows, the weight has {out_features}")
     return PreparedBlocks(weights, qtypes, rows, out_features)
+
+
+def _records(source: LinearSource, run: int, parts: list[np.ndarray], qtype: Q) -> tuple[np.ndarray, int]:
+    """Run `run`'s X8 records: from the model's record cache when it has them, else regrouped from the map
+    (and handed to the cache)."""
+    name = f"{source.name}#{run}"
+    made_from = f"{qtype.name}:" + ",".join(f"{p.shape[0]}x{p.shape[1]}" for p in parts)
+    cached = source.records.get(name, made_from) if source.records is not None else None
+    if cached is not None:
+        return cached
+    data, code = repack_x8(parts, qtype)
+    if source.records is not None:
+        source.records.put(name, made_from, data, code)
+    return data, code
 
 
 class GGUFNative(LinearFormat):
