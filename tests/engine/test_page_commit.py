@@ -156,3 +156,30 @@ def _rss() -> int:
         if line.startswith("VmRSS:"):
             return int(line.split()[1]) * 1024
     return 0
+
+
+def test_a_paced_commit_commits_no_round_until_it_may_go_on(monkeypatch):
+    """pace(): the thread asks before each round and waits while told no; told yes, it finishes."""
+    if not can_populate_later():
+        pytest.skip("madvise(MADV_POPULATE_WRITE) is unavailable on this kernel: regions are populated when mapped")
+    monkeypatch.setattr(page_commit, "PACE_POLL_S", 0.001)
+    gate, _ = gated_madvise(monkeypatch, calls_before_gate=2)   # round 1 of two regions, then held
+    commit = PageCommit()
+    regions = [commit.zeros((n, 3000), torch.int8) for n in (1000, 700)]
+    per_round = page_commit.COMMIT_CHUNK_BYTES // 3000
+    asked, allowed = threading.Semaphore(0), threading.Event()
+
+    def may_go_on() -> bool:
+        asked.release()
+        return allowed.is_set()
+
+    commit.start()
+    commit.wait(rows=per_round)                             # round 1 done; round 2 held at the madvise gate
+    commit.pace(may_go_on)
+    gate.set()                                              # round 2 finishes, round 3 must ask first
+    for _ in range(5):
+        assert asked.acquire(timeout=60)
+    assert commit.committed_rows == 2 * per_round and not commit.finished
+    allowed.set()
+    commit.wait()
+    assert commit.finished and commit.committed_rows >= max(r.shape[0] for r in regions)

@@ -63,6 +63,9 @@ def test_blocks_are_handed_out_only_once_committed_and_the_rest_arrive(monkeypat
     while engine.has_unfinished():
         final = next((u for u in engine.step() if u.finished), final)
     assert final.outputs[0].finish_reason == "length" and len(final.outputs[0].token_ids) == 400
+    if engine.pool_growth is not None:      # the rest commits once the engine is idle (may_commit)
+        engine.pool_growth.commit.wait()
+        engine.step()
     assert engine.pool_growth is None and engine.allocator.num_usable_blocks == engine.allocator.num_blocks
     assert engine.stats().kv_blocks_committed == engine.stats().kv_blocks_total
 
@@ -101,3 +104,21 @@ def test_a_pool_with_nothing_left_to_commit_is_usable_whole(kv_cache_memory):
             break
         engine.step()
     assert not engine.has_unfinished(), "the request never ran: no block was usable"
+
+
+@gated
+def test_the_commit_goes_on_only_while_idle_or_short_of_free_blocks(monkeypatch):
+    engine, gate = engine_over_a_gated_commit(monkeypatch)
+    growth = engine.pool_growth
+    try:
+        assert growth.may_commit()                                      # idle
+        engine.add_request("a", engine.tokenizer.encode("Once upon a time"), LONG)
+        engine.step()
+        assert engine.scheduler.num_running == 1 and not engine.scheduler.num_waiting
+        growth.reserve_blocks = engine.allocator.num_free_blocks
+        assert not growth.may_commit()                                  # running, the reserve is free
+        growth.reserve_blocks += 1
+        assert growth.may_commit()                                      # running, short of the reserve
+    finally:
+        gate.set()
+        growth.commit.wait()             # done before the next test patches madvise (no thread outlives it)

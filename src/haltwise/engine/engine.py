@@ -86,7 +86,8 @@ class LLMEngine:
         self.pool_growth = None
         if kv_commit is not None:    # the sliding layers' pool is sized never to run dry: all of it, now
             kv_commit.wait(rows=self.budget.window_blocks)
-            self.pool_growth = PoolGrowth(kv_commit, self.scheduler)
+            self.pool_growth = PoolGrowth(kv_commit, self.scheduler,
+                                          min(self.budget.blocks_for(max_model_len), self.budget.num_blocks))
             self.take_committed_blocks()
         if kv_caches is None:
             kv_caches = allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
