@@ -15,7 +15,7 @@ engine serves as soon as the blocks for one longest sequence are committed and t
 come (engine.py).
 
 Once an engine serves from the pool, the thread is paced (pace()): it commits a round only while the
-engine lets it (engine/pool_growth.py: idle, requests waiting, or few committed blocks left free), since
+engine lets it (engine/pool_growth.py: while idle, or short of free committed blocks), since
 the kernel's page clearing and the mmap lock slow the steps beside it (a 32-sequence Gemma decode ran
 ~10-20% slower while a 2.5 GB pool committed under it).
 

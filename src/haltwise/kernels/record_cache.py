@@ -3,9 +3,9 @@
 Every GGUF linear that runs natively is regrouped 8 rows at a time (native/repack.py) when it is
 prepared: Qwen2.5-Coder-0.5B's 485 MB of blocks cost ~1.2 s of CPU on the start's two cores, beside the
 imports and the tokenizer, plus the first touch of 485 MB of fresh memory. The first start writes the
-records its plan runs to one file per model; later starts map the file read-only and hand slices of it
-to the kernels: no copy, no regrouping, and the pages are the page cache's (shared by every server that
-maps the file, dropped by the kernel under pressure and read back).
+records its plan runs to one file per model; later starts map the file (copy-on-write, never written)
+and hand slices of it to the kernels: no copy, no regrouping, and the pages are the page cache's (shared
+by every server that maps the file, dropped by the kernel under pressure and read back).
 
     $HALTWISE_CACHE_DIR/records/<gguf stem>-<file id>-<key>.x8
       = MAGIC | u64 header length | header JSON | zero padding to a page | entry data, each page-aligned
@@ -23,6 +23,7 @@ HALTWISE_RECORD_CACHE=0 turns it off.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
 import logging
@@ -163,7 +164,7 @@ def _write(path: Path, entries: dict[str, tuple[str, int, np.ndarray]]) -> None:
 
 def _remove_others(path: Path) -> None:
     """The same GGUF's files of other keys, and temp files of writers that died."""
-    model = path.name.rsplit("-", 1)[0] + "-"              # <gguf stem>-<file id>-
+    model = glob.escape(path.name.rsplit("-", 1)[0] + "-")  # <gguf stem>-<file id>-
     for old in path.parent.glob(f"{model}*.x8"):
         if old != path:
             old.unlink(missing_ok=True)
@@ -175,11 +176,11 @@ def _remove_others(path: Path) -> None:
 
 def _alive(pid: int) -> bool:
     try:
-        os.kill(pid, 0)
+        os.kill(pid, 0)          # signal 0: only asks whether the process exists (another user's counts)
     except ProcessLookupError:
         return False
     except PermissionError:
-        return True
+        pass
     return True
 
 
