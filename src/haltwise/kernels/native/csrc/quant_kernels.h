@@ -122,6 +122,11 @@ HALTWISE_X8_KERNELS(avx2)
 HALTWISE_X8_KERNELS(avx512vnni)
 HALTWISE_X8_KERNELS(avxvnni)
 #undef HALTWISE_X8_KERNELS
+// MathKernels::attend_rows with 512-bit value sums (kernels_attend_avx512.cpp): AVX2's bits.
+void attend_rows_avx512(const float* q, int64_t ldq_row, int64_t rows, int64_t G, const void* k_cache,
+                        const void* v_cache, int kv_format, const int64_t* blocks, int64_t block_size,
+                        int64_t kv_heads, int64_t kvh, int64_t D, const int64_t* starts, const int64_t* lens,
+                        float scale, float* out, int64_t ldo_row, float* scratch);
 #endif
 
 const KernelTable& scalar_kernels();
