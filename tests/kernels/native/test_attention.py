@@ -1,5 +1,6 @@
 """The decode stack's paged attention (csrc/decode_math.inc; the AVX2 path in attend_avx2.inc runs 8
-lanes at a time): the portable path's bits on every path, and softmax(q k^T) v within float rounding."""
+lanes at a time, the AVX-512 one sums weighted values 16 at a time: kernels_attend_avx512.cpp): the
+portable path's bits on every path, and softmax(q k^T) v within float rounding."""
 from __future__ import annotations
 
 import pytest
