@@ -42,6 +42,13 @@ struct ActQ8 {
   const int32_t* qsum16x32;  // (M, K / 16) 32 * sum(q) of each 16 inputs, exact (Q6_K records, 512-bit path)
 };
 
+// Asks for `bytes` from p to be brought into L2 (prefetcht1 on x86; a hint, it never faults). The record
+// kernels fetch the next records with it while their first tile of activation rows runs on the current
+// ones: the later tiles read those from L2, but the first waited on DRAM (x8_pairs_zmm.inc has figures).
+inline void prefetch_l2(const uint8_t* p, int64_t bytes) {
+  for (int64_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 2);
+}
+
 // y[m * ldy + n] = sum_k W[n, k] * x[m, k] for rows n in [n0, n1) and every m.
 // w: the (N, row_bytes) raw block matrix. One call per chunk of rows (thread_pool.h).
 using RowsKernel = void (*)(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy,
