@@ -8,7 +8,9 @@
   still return, while it is still parked, with every chunk run by the caller and the right numbers.
   A barrier-style pool (at::parallel_for's OpenMP team) would not return until the worker arrived.
 * A worker descheduled inside a chunk is waited for (its chunk must finish), and the pool notes the
-  late worker: the following calls run on the caller alone for a while.
+  late worker: the following calls run on the caller alone for a while (20 ms), and for twice as long
+  each time the worker is late again right after such a spell (a neighbour that stays), back to 20 ms
+  once a spell has passed without it.
 """
 from __future__ import annotations
 
@@ -145,3 +147,27 @@ def test_a_worker_late_inside_a_chunk_is_waited_for_and_noted(threads) -> None:
     assert all(torch.equal(y, expected) for y in results)
     if claimed:                            # the worker got a chunk (the caller may have taken them all)
         assert native._pool_late_events() > before
+
+
+def _late_events_while_held(run, count: int, limit_s: float = 5.0) -> list[float]:
+    """Calls back to back with worker 1 parked 100 ms inside each chunk it claims; the caller-alone spell
+    (ms) after each of the first `count` late events."""
+    native._pool_hold(2)
+    spells, seen, deadline = [], native._pool_late_events(), time.monotonic() + limit_s
+    while len(spells) < count and time.monotonic() < deadline:
+        run()
+        if native._pool_late_events() > seen:
+            seen = native._pool_late_events()
+            spells.append(native._pool_solo_ms())
+    native._pool_hold(0)
+    return spells
+
+
+def test_a_worker_late_again_after_its_spell_doubles_the_next_spell(threads) -> None:
+    run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=BUSY_ROWS)
+    threads(2)
+    time.sleep(0.4)                        # longer than any spell: the first late event starts at 20 ms
+    spells = _late_events_while_held(run, 3)
+    assert spells == [20.0, 40.0, 80.0]
+    time.sleep(0.4)                        # a quiet spell's length and more: the neighbour has gone
+    assert _late_events_while_held(run, 1) == [20.0]

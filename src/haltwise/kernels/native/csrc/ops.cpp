@@ -339,6 +339,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_pool_hold", &haltwise_native::pool_debug_hold, "test hook: park worker 1 before it claims work");
   m.def("_pool_held", &haltwise_native::pool_debug_held, "test hook: worker 1 is parked now");
   m.def("_pool_late_events", &haltwise_native::pool_debug_late_events, "calls that waited for a late worker");
+  m.def("_pool_solo_ms", &haltwise_native::pool_debug_solo_ms, "test hook: the last caller-alone spell, ms");
   m.def("_pool_chunks_run", &haltwise_native::pool_debug_chunks_run, "test hook: chunks run by a thread index");
   m.def("_pool_use_torch", &haltwise_native::pool_debug_use_torch, "test hook: at::parallel_for instead of the pool");
   haltwise_native::register_decode_stack(m);

@@ -49,9 +49,12 @@ const auto WORKER_SPIN = spin_us(0, 200);
 const auto CALLER_SPIN = spin_us(1, 50);
 // A worker descheduled inside a chunk makes the caller wait a scheduler slice. When the wait after the
 // caller's own last chunk exceeds LATE_WAIT and 4x its mean chunk time, the next SOLO of calls run on
-// the caller alone, then workers are tried again (issue 26: "fewer threads while it lasts").
+// the caller alone, then workers are tried again (issue 26: "fewer threads while it lasts"). A worker
+// late again within a spell of the last spell's end means the busy core is still busy: the spell doubles,
+// up to MAX_SOLO, so a lasting neighbour costs one wait a spell rather than one every 20 ms.
 constexpr auto LATE_WAIT = std::chrono::microseconds(1000);
 constexpr auto SOLO = std::chrono::milliseconds(20);
+constexpr auto MAX_SOLO = std::chrono::milliseconds(320);
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -119,7 +122,8 @@ class Pool {
     wait_done((uint32_t)chunks);
     const auto waited = Clock::now() - own_done;
     if (waited > LATE_WAIT && waited > 4 * (own_done - start) / std::max<int64_t>(mine, 1)) {
-      solo_until_ = own_done + waited + SOLO;
+      spell_ = own_done - solo_until_ < spell_ ? std::min<Clock::duration>(2 * spell_, MAX_SOLO) : SOLO;
+      solo_until_ = own_done + waited + spell_;
       late_events_.fetch_add(1, std::memory_order_relaxed);
     }
     tl_inside = false;
@@ -131,6 +135,10 @@ class Pool {
     hold_.store(mode);
   }
   int64_t late_events() const { return late_events_.load(); }
+  double solo_ms() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return std::chrono::duration<double, std::milli>(spell_).count();
+  }
   bool held() const { return held_.load(); }
   int64_t chunks_run(int i) const { return i >= 0 && i < MAX_THREADS ? chunks_run_[i].load() : 0; }
 
@@ -233,6 +241,7 @@ class Pool {
   std::atomic<int> hold_{0};             // test hook mode: 0 off, 1 park before claiming, 2 inside a chunk
   std::atomic<bool> held_{false};
   Clock::time_point solo_until_{};       // (under mutex_) calls before this run on the caller alone
+  Clock::duration spell_ = SOLO;         // (under mutex_) the last caller-alone spell's length
   std::atomic<int64_t> late_events_{0};
   std::atomic<int64_t> chunks_run_[MAX_THREADS] = {};
 };
@@ -261,6 +270,7 @@ void set_pool_threads(int n) { pool().override_.store(std::max(n, 0)); }
 int pool_thread_index() { return pool().use_torch_.load(std::memory_order_relaxed) ? at::get_thread_num() : tl_index; }
 void pool_debug_hold(int mode) { pool().hold(mode); }
 int64_t pool_debug_late_events() { return pool().late_events(); }
+double pool_debug_solo_ms() { return pool().solo_ms(); }
 void pool_debug_use_torch(bool on) { pool().use_torch_.store(on); }
 bool pool_debug_held() { return pool().held(); }
 int64_t pool_debug_chunks_run(int index) { return pool().chunks_run(index); }

@@ -51,10 +51,12 @@ int pool_thread_index();
 // Test hooks. hold(1): worker 1 parks when woken for a job, before claiming any chunk, until hold(0)
 // (or 10 s pass), as if descheduled; hold(2): it parks 100 ms inside each chunk it claims. held():
 // whether it is parked now. chunks_run(i): chunks run by thread index i since the last hold().
-// late_events(): calls whose caller waited for a late worker (each starts a caller-only spell).
+// late_events(): calls whose caller waited for a late worker (each starts a caller-only spell);
+// solo_ms(): the last such spell's length (20 ms, doubling while the worker keeps being late).
 // use_torch(true): run_chunks defers to at::parallel_for (the reference the pool is tested against).
 void pool_debug_hold(int mode);
 int64_t pool_debug_late_events();
+double pool_debug_solo_ms();
 void pool_debug_use_torch(bool on);
 bool pool_debug_held();
 int64_t pool_debug_chunks_run(int index);
