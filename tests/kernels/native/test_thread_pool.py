@@ -9,8 +9,8 @@
   A barrier-style pool (at::parallel_for's OpenMP team) would not return until the worker arrived.
 * A worker descheduled inside a chunk is waited for (its chunk must finish), and the pool notes the
   late worker: the following calls run on the caller alone for a while (20 ms), and for twice as long
-  each time the worker is late again right after such a spell (a neighbour that stays), back to 20 ms
-  once a spell has passed without it.
+  each time the worker is late again within four spells of its end (a neighbour that stays), back to
+  20 ms once that long has passed without it.
 """
 from __future__ import annotations
 
@@ -166,8 +166,8 @@ def _late_events_while_held(run, count: int, limit_s: float = 5.0) -> list[float
 def test_a_worker_late_again_after_its_spell_doubles_the_next_spell(threads) -> None:
     run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=BUSY_ROWS)
     threads(2)
-    time.sleep(0.4)                        # longer than any spell: the first late event starts at 20 ms
+    time.sleep(1.5)                        # past four of the longest spells (320 ms): the first is 20 ms
     spells = _late_events_while_held(run, 3)
     assert spells == [20.0, 40.0, 80.0]
-    time.sleep(0.4)                        # a quiet spell's length and more: the neighbour has gone
+    time.sleep(1.5)                        # as long again without a late worker: the neighbour has gone
     assert _late_events_while_held(run, 1) == [20.0]

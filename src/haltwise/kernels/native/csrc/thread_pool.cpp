@@ -50,11 +50,12 @@ const auto CALLER_SPIN = spin_us(1, 50);
 // A worker descheduled inside a chunk makes the caller wait a scheduler slice. When the wait after the
 // caller's own last chunk exceeds LATE_WAIT and 4x its mean chunk time, the next SOLO of calls run on
 // the caller alone, then workers are tried again (issue 26: "fewer threads while it lasts"). A worker
-// late again within a spell of the last spell's end means the busy core is still busy: the spell doubles,
-// up to MAX_SOLO, so a lasting neighbour costs one wait a spell rather than one every 20 ms.
+// late again within RECENT spells of the last spell's end means the busy core is still busy: the spell
+// doubles, up to MAX_SOLO, so a lasting neighbour costs one wait a spell rather than one every 20 ms.
 constexpr auto LATE_WAIT = std::chrono::microseconds(1000);
 constexpr auto SOLO = std::chrono::milliseconds(20);
 constexpr auto MAX_SOLO = std::chrono::milliseconds(320);
+constexpr int RECENT = 4;
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -122,7 +123,7 @@ class Pool {
     wait_done((uint32_t)chunks);
     const auto waited = Clock::now() - own_done;
     if (waited > LATE_WAIT && waited > 4 * (own_done - start) / std::max<int64_t>(mine, 1)) {
-      spell_ = own_done - solo_until_ < spell_ ? std::min<Clock::duration>(2 * spell_, MAX_SOLO) : SOLO;
+      spell_ = own_done - solo_until_ < RECENT * spell_ ? std::min<Clock::duration>(2 * spell_, MAX_SOLO) : SOLO;
       solo_until_ = own_done + waited + spell_;
       late_events_.fetch_add(1, std::memory_order_relaxed);
     }
