@@ -38,8 +38,9 @@ def test_second_build_is_a_cache_hit_equal_to_the_first(cache_dir, tmp_path, kin
     assert (first.build_source, second.build_source) == ("built", "cache")
     _same(first, second)
     assert json.loads(first.backend_json()) == json.loads(second.backend_json())
+    whole = 1 if kind == "sentencepiece" else 0   # kept beside a BPE the native encoder encodes (spm_native.py)
     assert [len(list(cache_dir.glob(f"*{suffix}"))) for suffix in (".bpe.marshal", ".pipeline.json",
-                                                                    ".tokenizer.json")] == [1, 1, 0]
+                                                                    ".tokenizer.json")] == [1, 1, whole]
 
 
 def test_a_tokenizer_the_split_cannot_rebuild_exactly_is_stored_whole(cache_dir, tmp_path):
@@ -48,7 +49,7 @@ def test_a_tokenizer_the_split_cannot_rebuild_exactly_is_stored_whole(cache_dir,
     backend.enable_truncation(8)                   # not carried by the split: it would come back without it
     build_cache.store("whole", backend, {})
     assert sorted(p.name for p in cache_dir.glob("whole.*")) == ["whole.facts.json", "whole.tokenizer.json"]
-    again, _ = build_cache.load("whole")
+    again = build_cache.load("whole").backend
     assert again.to_str() == backend.to_str()
 
 

@@ -6,11 +6,9 @@ import pytest
 from haltwise.tokenizer.gguf_sentencepiece import rebuild_merges
 from haltwise.tokenizer.tokenizer import Tokenizer
 from tests.tokenizer.tiny_gguf import byte_level_gguf, sentencepiece_gguf
-from tests.tokenizer.tokenizer_samples import MIXED_TEXT
+from tests.tokenizer.tokenizer_samples import MIXED_TEXT, SENTENCEPIECE_TEXTS
 
-TEXTS = [MIXED_TEXT, *MIXED_TEXT.splitlines(keepends=True), "", " ", "  Hello  world ", "\n\n\nx\n",
-         "<start_of_turn>user\n\n\nhi<end_of_turn>  <table>", "<bos>a<eos><pad>", "[INST] hi [/INST]</s><user_tok>",
-         "<|begin_of_text|>x<|eot_id|><think>y", "𓀀 𝔘 \u0007 ☕ 中文"]
+TEXTS = [MIXED_TEXT, *MIXED_TEXT.splitlines(keepends=True), *SENTENCEPIECE_TEXTS]
 
 CASES = {
     "gemma3-sentencepiece": lambda p: sentencepiece_gguf(p, "gemma3"),

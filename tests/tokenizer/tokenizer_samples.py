@@ -19,3 +19,8 @@ MIXED_TEXT = (
     "Spacing before punctuation: hello . world , it 's don 't ? ! ; and n't .\n"
     "Math ∑ ∫ √ ≤ ≥ ≠ ∞ π; arrows → ← ↔; box ┌─┐ │ └─┘.\n"
 )
+
+# Edge cases of SentencePiece vocabularies: spaces, special-token text of several families, byte fallback.
+SENTENCEPIECE_TEXTS = ["", " ", "  Hello  world ", "\n\n\nx\n", "<start_of_turn>user\n\n\nhi<end_of_turn>  <table>",
+                       "<bos>a<eos><pad>", "[INST] hi [/INST]</s><user_tok>", "<|begin_of_text|>x<|eot_id|><think>y",
+                       "𓀀 𝔘 \u0007 ☕ 中文"]

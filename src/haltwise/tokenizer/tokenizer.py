@@ -24,6 +24,7 @@ from haltwise.tokenizer.chat import ChatTemplate
 from haltwise.tokenizer.gguf_bpe import PRE_TOKENIZER_SPLITS, byte_level_backend
 from haltwise.models.gguf_file import read_gguf_metadata
 from haltwise.tokenizer.gguf_sentencepiece import sentencepiece_backend
+from haltwise.tokenizer.spm_native import NativeSpm
 from haltwise.tokenizer.gguf_vocab import add_named_special_tokens, set_post_processor, token_text
 
 # Control tokens that end a turn or a document in common model families (SPEC §2's eos set).
@@ -41,9 +42,12 @@ class Tokenizer:
 
     def __init__(self, backend: _HFTokenizer, *, bos_token: str | None, eos_token: str | None,
                  chat_template: str | None = None, generation_eos: Iterable[int] = (),
-                 extra_template_tokens: Mapping[str, str | None] | None = None):
-        """Prefer `from_gguf` / `from_hf_dir`. `backend` already carries its post-processor (BOS/EOS policy)."""
+                 extra_template_tokens: Mapping[str, str | None] | None = None, native: NativeSpm | None = None):
+        """Prefer `from_gguf` / `from_hf_dir`. `backend` already carries its post-processor (BOS/EOS policy).
+        With `native` (a cached Gemma-style vocabulary, spm_native.py), that encodes and `backend` has no merges."""
         self._tk = backend
+        self._native = native
+        self._plain: _HFTokenizer | None = None   # encode_as_text's backend copy, built on first use
         self.vocab_size: int = backend.get_vocab_size(with_added_tokens=True)
         self.bos_token_id: int | None = backend.token_to_id(bos_token) if bos_token else None
         self.eos_token_id: int | None = backend.token_to_id(eos_token) if eos_token else None
@@ -71,8 +75,9 @@ class Tokenizer:
         start = time.perf_counter()
         key = build_cache.entry_key(Path(path))
         hit = build_cache.load(key)
+        native = None
         if hit is not None:
-            backend, facts = hit
+            backend, facts, native = hit
             source = "cache"
         else:
             meta = read_gguf_metadata(path)
@@ -80,7 +85,7 @@ class Tokenizer:
             if build_cache.worth_caching(meta):
                 build_cache.store(key, backend, facts)
             source = "built"
-        tokenizer = cls(backend, **facts)
+        tokenizer = cls(backend, **facts, native=native)
         tokenizer.build_source, tokenizer.build_seconds = source, time.perf_counter() - start
         return tokenizer
 
@@ -119,7 +124,18 @@ class Tokenizer:
     # ---- encode / decode ----------------------------------------------------------------------
     def encode(self, text: str, add_special_tokens: bool = True) -> list[int]:
         """Token ids of `text`; special-token text in it (e.g. "<|im_start|>") becomes that token."""
+        if self._native is not None:
+            return self._native.encode(text, add_special_tokens)
         return self._tk.encode(text, add_special_tokens=add_special_tokens).ids
+
+    def encode_as_text(self, text: str) -> list[int]:
+        """Token ids of `text` with special-token text read as plain characters (no BOS/EOS)."""
+        if self._native is not None:
+            return self._native.encode(text, add_special_tokens=False, specials_as_text=True)
+        if self._plain is None:
+            self._plain = _HFTokenizer.from_str(self.backend_json())
+            self._plain.encode_special_tokens = True
+        return self._plain.encode(text, add_special_tokens=False).ids
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool = True) -> str:
         """Text of `ids`; invalid UTF-8 becomes U+FFFD (one per maximal ill-formed subpart)."""
@@ -142,7 +158,7 @@ class Tokenizer:
     # ---- special tokens -----------------------------------------------------------------------
     def backend_json(self) -> str:
         """The `tokenizers` JSON of this vocabulary (for libraries that build their own view, e.g. llguidance)."""
-        return self._tk.to_str()
+        return self._native.full_json() if self._native is not None else self._tk.to_str()
 
     def eos_token_ids(self, generation_eos: Iterable[int] = ()) -> frozenset[int]:
         """SPEC §2 eos set: tokenizer eos | generation-config eos | end-of-generation control tokens."""

@@ -23,8 +23,6 @@ import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tokenizers import Tokenizer as _HFTokenizer
-
 UNTRUSTED_ROLES = frozenset({"user", "tool"})   # system/developer: the operator; assistant: the model's own
 
 
@@ -33,7 +31,6 @@ class ChatEncoder:
 
     def __init__(self, tokenizer: Any):
         self.tok = tokenizer
-        self._plain: _HFTokenizer | None = None   # a backend copy that reads special-token text as text
         texts = sorted(tokenizer.special_token_texts(), key=len, reverse=True)  # longest first
         self._specials = re.compile("|".join(re.escape(t) for t in texts)) if texts else None
 
@@ -61,18 +58,12 @@ class ChatEncoder:
         text: list[str] = []
         for i, piece in enumerate(pieces):
             if i % 2:   # a placeholder: its special-token text, as plain text
-                ids += self._encode_plain(found[int(piece)])
+                ids += self.tok.encode_as_text(found[int(piece)])
                 text.append(found[int(piece)])
             elif piece:
                 ids += self.tok.encode(piece, add_special_tokens=False)
                 text.append(piece)
         return "".join(text), ids
-
-    def _encode_plain(self, text: str) -> list[int]:
-        if self._plain is None:
-            self._plain = _HFTokenizer.from_str(self.tok.backend_json())
-            self._plain.encode_special_tokens = True
-        return self._plain.encode(text, add_special_tokens=False).ids
 
 
 def _map_content(message: Mapping[str, Any], f: Any) -> dict[str, Any]:

@@ -344,4 +344,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_pool_use_torch", &haltwise_native::pool_debug_use_torch, "test hook: at::parallel_for instead of the pool");
   haltwise_native::register_decode_stack(m);
   haltwise_native::register_repack(m);
+  haltwise_native::register_spm_bpe(m);
 }
