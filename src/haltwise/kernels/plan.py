@@ -96,16 +96,19 @@ class KernelPlan:
         h = self.host
         how = "cached" if self.from_cache else f"measured in {self.measure_s:.1f}s"
         how += ", batch-invariant: one format per linear" if self.batch_invariant else ", fastest per row bucket"
-        lines = [f"kernel plan ({how}) for {h['cpu_model']}, {h['isa']} (torch {h['torch_version']}, "
-                 f"capability {h['torch_capability']}, {h['threads']} threads)",
-                 "  rows:" + "".join(f"{b:>16}" for b in BUCKETS[:-1]) + f"{str(BUCKETS[-1]) + '+':>16}"]
+        rows = []
         for key, g in self.groups.items():
             cells = []
             for b in range(len(BUCKETS)):
                 name = g.ranking(b)[0]
                 t = g.ms.get(name, [None] * len(BUCKETS))[b]
                 cells.append(f"{name} {t:.3f}" if t is not None else name)
-            lines.append(f"  {key} x{g.count}: " + "".join(f"{c:>16}" for c in cells) + "  (ms)")
+            rows.append((f"  {key} x{g.count}: ", cells))
+        width = max([16, *(len(c) + 2 for _, cells in rows for c in cells)])   # cells never run together
+        lines = [f"kernel plan ({how}) for {h['cpu_model']}, {h['isa']} (torch {h['torch_version']}, "
+                 f"capability {h['torch_capability']}, {h['threads']} threads)",
+                 "  rows:" + "".join(f"{b:>{width}}" for b in BUCKETS[:-1]) + f"{str(BUCKETS[-1]) + '+':>{width}}"]
+        lines += [head + "".join(f"{c:>{width}}" for c in cells) + "  (ms)" for head, cells in rows]
         excluded: dict[str, list[str]] = {}                 # "format: why" -> groups
         for key, g in self.groups.items():
             for n, why in g.excluded.items():
