@@ -16,10 +16,10 @@ versions, so a changed file or a new builder is a miss, never a stale hit.
 
 A Gemma-style SentencePiece BPE whose merges its pieces imply (spm_native.qualifies, checked when the entry
 is written) is marked so: its backend is rebuilt without merges and the native encoder encodes (Gemma 3:
-~0.25 s instead of ~0.75 s). Any other BPE is rebuilt from its marshalled vocabulary and merges because `tokenizers` takes those ~2x faster
-as Python objects than as JSON (Gemma 3: 1.0 vs 1.4-2.0 s here). The pieces and merges are marshalled as
-NUL-joined strings and the ids as an int32 array: unmarshalling 262k pieces and 515k merge pairs as
-objects took 0.40 s, splitting the strings ~0.1 s. The split is stored only when the rebuilt tokenizer
+~0.27 s instead of ~0.74 s). Any other BPE is rebuilt from its marshalled vocabulary and merges, because
+`tokenizers` takes those ~2x faster as Python objects than as JSON (Gemma 3: 1.0 vs 1.4-2.0 s here). The
+pieces and merges are marshalled as NUL-joined strings and the ids as an int32 array: unmarshalling 262k
+pieces and 515k merge pairs as objects took 0.40 s, splitting the strings ~0.1 s. The split is stored only when the rebuilt tokenizer
 serializes exactly as the original (checked once, when the entry is written) and no piece contains a NUL;
 any other tokenizer is stored whole.
 
