@@ -166,8 +166,18 @@ def _late_events_while_held(run, count: int, limit_s: float = 5.0) -> list[float
 def test_a_worker_late_again_after_its_spell_doubles_the_next_spell(threads) -> None:
     run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=BUSY_ROWS)
     threads(2)
-    time.sleep(1.5)                        # past four of the longest spells (320 ms): the first is 20 ms
+    time.sleep(1.5)                        # past the longest spell (320 ms): the first is 20 ms
     spells = _late_events_while_held(run, 3)
     assert spells == [20.0, 40.0, 80.0]
     time.sleep(1.5)                        # as long again without a late worker: the neighbour has gone
+    assert _late_events_while_held(run, 1) == [20.0]
+
+
+def test_a_worker_late_again_only_after_a_pause_starts_over_at_the_first_spell(threads) -> None:
+    """A neighbour in bursts (late again tens of ms after a spell) is no busy loop: its spells stay short."""
+    run = _gemm_case(Q.Q8_0, seed=3, rows=(512, 256), m=BUSY_ROWS)
+    threads(2)
+    time.sleep(1.5)                        # past the longest spell (320 ms): the first is 20 ms
+    assert _late_events_while_held(run, 1) == [20.0]
+    time.sleep(0.06)                       # the 20 ms spell ends, then 40 ms more without a late worker
     assert _late_events_while_held(run, 1) == [20.0]

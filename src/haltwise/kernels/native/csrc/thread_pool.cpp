@@ -52,10 +52,23 @@ const auto CALLER_SPIN = spin_us(1, 50);
 // the caller alone, then workers are tried again (issue 26: "fewer threads while it lasts"). A worker
 // late again within RECENT spells of the last spell's end means the busy core is still busy: the spell
 // doubles, up to MAX_SOLO, so a lasting neighbour costs one wait a spell rather than one every 20 ms.
+// RECENT is 1: a busy loop makes the worker late at the first call after a spell, while a neighbour that
+// runs in bursts (a load client parsing 32 streams after each step) is late again tens of ms later; with
+// RECENT 4 that one too doubled its spells to 320 ms, and the worker sat idle 63% of a Gemma 32-client
+// load (server 429 vs 486 tok/s with RECENT 1, medians of 3, alternating; beside a busy loop the same).
+// HALTWISE_POOL_SOLO=first_ms,longest_ms,recent overrides the spells (measurement only; 0 never goes alone).
+int solo_setting(int which, int fallback) {
+  const char* at = std::getenv("HALTWISE_POOL_SOLO");
+  for (int i = 0; at && i < which; ++i) {
+    at = std::strchr(at, ',');
+    if (at) ++at;
+  }
+  return at ? std::atoi(at) : fallback;
+}
 constexpr auto LATE_WAIT = std::chrono::microseconds(1000);
-constexpr auto SOLO = std::chrono::milliseconds(20);
-constexpr auto MAX_SOLO = std::chrono::milliseconds(320);
-constexpr int RECENT = 4;
+const auto SOLO = std::chrono::milliseconds(solo_setting(0, 20));
+const auto MAX_SOLO = std::max(SOLO, std::chrono::milliseconds(solo_setting(1, 320)));
+const int RECENT = solo_setting(2, 1);
 
 inline void cpu_relax() {
 #if defined(__x86_64__)
@@ -122,7 +135,7 @@ class Pool {
     const auto own_done = Clock::now();
     wait_done((uint32_t)chunks);
     const auto waited = Clock::now() - own_done;
-    if (waited > LATE_WAIT && waited > 4 * (own_done - start) / std::max<int64_t>(mine, 1)) {
+    if (SOLO.count() > 0 && waited > LATE_WAIT && waited > 4 * (own_done - start) / std::max<int64_t>(mine, 1)) {
       spell_ = own_done - solo_until_ < RECENT * spell_ ? std::min<Clock::duration>(2 * spell_, MAX_SOLO) : SOLO;
       solo_until_ = own_done + waited + spell_;
       late_events_.fetch_add(1, std::memory_order_relaxed);
