@@ -103,3 +103,23 @@ def test_a_native_entry_whose_whole_json_went_missing_still_answers_backend_json
     whole.unlink()
     assert json.loads(cached.backend_json()) == json.loads(built.backend_json())
     assert Tokenizer.from_gguf(path)._native is None   # without it, the next start encodes with tokenizers
+
+
+def test_reading_a_native_entry_never_compiles_the_extension(cache_dir, tmp_path):
+    """Without a built extension (a new build key after an upgrade), a tokenizer-only tool encodes with
+    `tokenizers` rather than wait for the compiler."""
+    import os
+    import subprocess
+    import sys
+
+    path = sentencepiece_gguf(tmp_path / "t.gguf", "gemma3")
+    built = Tokenizer.from_gguf(path)
+    assert Tokenizer.from_gguf(path)._native is not None
+    kernels = tmp_path / "kernels"
+    code = ("import sys; from haltwise.tokenizer.tokenizer import Tokenizer; t = Tokenizer.from_gguf(sys.argv[1]); "
+            "print(t.build_source, t._native is None, t.encode(sys.argv[2]))")
+    env = dict(os.environ, HALTWISE_KERNEL_CACHE=str(kernels))
+    out = subprocess.run([sys.executable, "-c", code, str(path), MIXED_TEXT], env=env, capture_output=True,
+                         text=True, check=True).stdout.split(" ", 2)
+    assert out[:2] == ["cache", "True"] and out[2].strip() == str(built.encode(MIXED_TEXT))
+    assert not kernels.exists() or not any(kernels.iterdir())

@@ -89,8 +89,8 @@ def load(key: str | None) -> Entry | None:
             backend = _HFTokenizer.from_file(str(whole))
         else:
             shell, parts = pipeline.read_text(encoding="utf-8"), marshal.loads(bpe.read_bytes())
-            encoder = (spm_native.native_encoder(parts["pieces"], parts["ids"], parts["added_tokens"])
-                       if parts.get("native_spm") and whole.is_file() else None)
+            encoder = (spm_native.native_encoder(parts["pieces"], parts["ids"], parts["added_tokens"],
+                                                 build=False) if parts.get("native_spm") and whole.is_file() else None)
             backend = _rebuild_bpe(shell, parts, with_merges=encoder is None)
             if encoder is not None:
                 native = spm_native.NativeSpm(encoder, backend, lambda: _whole_json(whole, shell, bpe))

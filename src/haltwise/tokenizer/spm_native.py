@@ -53,12 +53,14 @@ def qualifies(spec: Mapping[str, Any], backend: _HFTokenizer, added: Sequence[Ma
         encoder.encode(text, False) == backend.encode(text, add_special_tokens=False).ids for text in SAMPLES)
 
 
-def native_encoder(pieces: str, ids: bytes, added: Sequence[Mapping[str, Any]]) -> Any | None:
+def native_encoder(pieces: str, ids: bytes, added: Sequence[Mapping[str, Any]],
+                   build: bool = True) -> Any | None:
     """The native SpmBpe over the NUL-joined pieces, their int32 ids and the added tokens (`tokenizers` JSON
-    entries), or None without the native extension."""
-    from haltwise.kernels.native import build   # imports torch: only where a cached Gemma-style entry is read
+    entries), or None without the native extension. build=False never compiles it (a tokenizer-only tool
+    after an upgrade then encodes with `tokenizers` rather than wait for the compiler)."""
+    from haltwise.kernels.native import build as native   # imports torch: only for a Gemma-style vocabulary
 
-    module = build.load()
+    module = native.load(build=build)
     if module is None:
         return None
     try:

@@ -62,13 +62,18 @@ def build_key() -> str:
     return digest.hexdigest()[:16]
 
 
-def load(verbose: bool = False) -> ModuleType | None:
+def load(verbose: bool = False, build: bool = True) -> ModuleType | None:
     """The extension module (building it if the cache lacks it), or None with failure() saying why.
+    build=False: None when the cache lacks it, and nothing recorded (a later load() builds it).
 
     A build the cache holds is imported straight from its .so (torch's loader would import
     torch.utils.cpp_extension and setuptools and run ninja first: ~0.15 s of every start)."""
     if "module" in _state or "failure" in _state:
         return _state.get("module")  # type: ignore[return-value]
+    if not build:
+        key = build_key()
+        if not (cache_root() / key / f"haltwise_native_{key}.so").is_file():
+            return None
     try:
         key = build_key()
         directory = cache_root() / key
