@@ -70,13 +70,11 @@ def load(verbose: bool = False, build: bool = True) -> ModuleType | None:
     torch.utils.cpp_extension and setuptools and run ninja first: ~0.15 s of every start)."""
     if "module" in _state or "failure" in _state:
         return _state.get("module")  # type: ignore[return-value]
-    if not build:
-        key = build_key()
-        if not (cache_root() / key / f"haltwise_native_{key}.so").is_file():
-            return None
     try:
         key = build_key()
         directory = cache_root() / key
+        if not build and not (directory / f"haltwise_native_{key}.so").is_file():
+            return None
         _drop_if_untrusted(directory, key)
         directory.mkdir(parents=True, exist_ok=True, mode=0o755)
         os.environ.setdefault("MAX_JOBS", str(max(1, min(3, os.cpu_count() or 1))))
@@ -89,6 +87,8 @@ def load(verbose: bool = False, build: bool = True) -> ModuleType | None:
             if built is not None:
                 _state["module"] = built
                 return built
+            if not build:   # removed as untrusted, or a build that does not load: never compiled here
+                return None
             from torch.utils import cpp_extension
 
             (directory / "lock").unlink(missing_ok=True)
