@@ -9,6 +9,8 @@
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
   spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
+  longprompt   time to first token of 8k/16k prompts and the token gaps of decodes beside them
+               (bench/long_prompt.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
 
@@ -30,6 +32,8 @@ PROGRAMS = {
     "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise.bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
     "spec": ("haltwise.bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
+    "longprompt": ("haltwise.bench.long_prompt", "TTFT of long prompts and the token gaps of decode streams "
+                                                 "beside that prefill (--server-src: before/after)"),
     "kernels": ("haltwise.bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),
 }
