@@ -84,6 +84,10 @@ class EngineConfig:
     max_num_batched_tokens: int = 2048  # token budget per step (decodes first, then prefill chunks); as vLLM
     enable_chunked_prefill: bool = True  # split long prompts across steps
     long_prefill_chunk: int = 256       # while requests wait, a running prefill takes at most this many tokens a step
+    # Prefill chunks are sized so a step takes about this long on this host, from the measured cost of the
+    # steps run so far (engine/step_cost.py, docs/engine-steps.md): a decode beside a long prompt gets a token
+    # about this often. 0 = chunks bounded by max_num_batched_tokens only.
+    step_target_s: float = 0.5
     enable_prefix_caching: bool = True  # share full prompt blocks by content hash
     max_queue: int = 256                # waiting requests beyond which admission rejects at once
     watermark: float = 0.9              # admit only while used blocks stay under this share of the pool
@@ -126,6 +130,8 @@ class EngineConfig:
             raise ValueError(f"kv_cache_memory must be bytes or 'auto', got {self.kv_cache_memory!r}")
         if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_chunk) < 1:
             raise ValueError("block_size, max_num_seqs, max_num_batched_tokens and long_prefill_chunk must be >= 1")
+        if not self.step_target_s >= 0:
+            raise ValueError(f"step_target_s must be >= 0, got {self.step_target_s}")
         if self.speculative_tokens < 0:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
         if self.speculative_max_batch is not None and self.speculative_max_batch < 1:

@@ -10,6 +10,8 @@
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
   spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
   floor        single-stream decode against this host's memory-bandwidth floor, speculation off and on (floor.py)
+  longprompt   time to first token of 8k/16k prompts and the token gaps of decodes beside them
+               (bench/long_prompt.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
 
@@ -33,6 +35,8 @@ PROGRAMS = {
     "spec": ("haltwise_bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
     "floor": ("haltwise_bench.floor", "single-stream decode tok/s against the host's read-bandwidth floor "
                                       "(bytes a token / measured bandwidth), speculation off and on"),
+    "longprompt": ("haltwise_bench.long_prompt", "TTFT of long prompts and the token gaps of decode streams "
+                                                 "beside that prefill (--server-src: before/after)"),
     "kernels": ("haltwise_bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),
 }

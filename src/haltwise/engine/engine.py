@@ -23,6 +23,7 @@ from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
 from haltwise.engine.speculation import Speculator, run_heads, speculation_unsupported
+from haltwise.engine.step_cost import StepCost
 from haltwise.engine.window_blocks import WindowBlocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
@@ -82,7 +83,8 @@ class LLMEngine:
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
                                         engine_config.enable_prefix_caching and window is None, window,
                                         usable_blocks=0 if kv_commit else None)
-        self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
+        self.step_cost = StepCost()   # this host's step times, learnt from the steps run: sizes prefill chunks
+        self.scheduler = Scheduler(engine_config, self.allocator, max_model_len, step_cost=self.step_cost)
         self.pool_growth = None
         if kv_commit is not None:    # the sliding layers' pool is sized never to run dry: all of it, now
             kv_commit.wait(rows=self.budget.window_blocks)
@@ -216,6 +218,7 @@ class LLMEngine:
         runs = [sch for sch in out.scheduled if sch.samples]
         sampled = [states[sch.seq.seq_id] for sch in runs]
         heads = run_heads(runs)
+        started = time.perf_counter()
         try:
             rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.start, sch.start + sch.num_new_tokens,
                              sch.samples, sch.draft_token_ids,
@@ -232,6 +235,7 @@ class LLMEngine:
             for sch in out.scheduled:
                 self._finish(states[sch.seq.seq_id], Termination(Reason.ERROR, f"engine step failed: {e}"))
             return
+        self.step_cost.observe(out.num_batched_tokens, out.num_attention_pairs, time.perf_counter() - started)
         self.scheduler.after_step(out)
         for i, state in enumerate(sampled):
             if not result.finite[i]:

@@ -36,6 +36,11 @@ class ModelRunner:
         self.kv_caches = kv_caches
         self.block_size = block_size
 
+    def progress(self) -> int:
+        """The model's progress counter (LlamaForCausalLM.progress); 0 for a model without one."""
+        progress = getattr(self.model, "progress", None)
+        return progress() if progress is not None else 0
+
     @torch.inference_mode()
     def execute(self, rows: list[BatchRow]) -> torch.Tensor:
         """Returns (S, vocab) float32 logits: num_logits rows per row with sample=True, in order."""

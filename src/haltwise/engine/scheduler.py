@@ -3,7 +3,7 @@
 Each step spends a token budget (max_num_batched_tokens) over at most max_num_seqs sequences:
 
     1. running decodes   (1 token each, admission order)   -- never starved by prefills
-    2. running prefills  (chunks of min(remaining, budget)) -- long prompts, recomputation after preemption
+    2. running prefills  (chunks of min(remaining, budget), sized to a target step time: step_cost.py)
     3. waiting sequences (round-robin across requests, engine/fairness.py; start while blocks and the
        watermark allow; first chunk this step)
     4. speculative drafts for the decodes of step 1 (engine/speculation.py), from the budget and free
@@ -32,6 +32,7 @@ from haltwise.engine.admission import AdmissionError, AdmissionPolicy
 from haltwise.engine.block_allocator import BlockAllocator
 from haltwise.engine.fairness import FairStarts
 from haltwise.engine.sequence import Sequence, SequenceStatus
+from haltwise.engine.step_cost import SOLO_FACTOR, StepBudget, StepCost, prefill_pairs
 from haltwise.stopping.termination import Termination
 
 __all__ = ["AdmissionError", "ScheduledSeq", "SchedulerOutput", "Scheduler"]
@@ -69,6 +70,11 @@ class SchedulerOutput:
         return sum(1 for s in self.scheduled if s.is_decode)
 
     @property
+    def num_attention_pairs(self) -> int:
+        """(query, key) position pairs the step's attention computes (step_cost.py)."""
+        return sum(prefill_pairs(s.start, s.num_new_tokens + len(s.draft_token_ids)) for s in self.scheduled)
+
+    @property
     def num_prefill_tokens(self) -> int:
         return self.num_batched_tokens - self.num_decode_tokens
 
@@ -81,8 +87,10 @@ class Scheduler:
     """Decides, step by step, which tokens of which sequences are computed, within memory and budget."""
 
     def __init__(self, config: EngineConfig, allocator: BlockAllocator, max_model_len: int,
-                 retry_after: float = 1.0):
+                 retry_after: float = 1.0, step_cost: StepCost | None = None):
+        """step_cost: the host's measured step times (the engine feeds it); None sizes chunks by budget only."""
         self.config = config
+        self.step_cost = step_cost if config.step_target_s > 0 else None
         # Every running decode must fit in each step's budget, so the budget also caps running sequences.
         self.max_num_seqs = min(config.max_num_seqs, config.max_num_batched_tokens)
         self.allocator = allocator
@@ -185,15 +193,19 @@ class Scheduler:
         #    While others wait, a chunk takes at most long_prefill_chunk tokens (and at most half the
         #    budget), so a long prompt never holds whole steps against short arrivals, whose TTFT
         #    would otherwise be the long prefill's; alone, it takes the whole budget.
+        #    Every chunk also fits the step's target time (step_cost.py), after the decodes' share.
         chunk_cap = budget
         if self._waiting and self.config.enable_chunked_prefill:
             chunk_cap = max(1, min(self.config.long_prefill_chunk, self.config.max_num_batched_tokens // 2))
+        timer = self._step_budget(scheduled)
         for seq in list(self._running):
             if budget <= 0:
                 break
             if seq.num_uncomputed_tokens <= 1:
                 continue
             n = min(seq.num_uncomputed_tokens, budget, chunk_cap)
+            if timer is not None:
+                n = timer.chunk(seq.num_computed_tokens, n)
             covered = self.allocator.ensure_slots(seq, seq.num_computed_tokens + n)
             assert covered, "a started sequence's blocks cover all of its token ids"
             scheduled.append(ScheduledSeq(seq, n))
@@ -201,7 +213,7 @@ class Scheduler:
 
         # 3. Start waiting sequences, fairly across requests (fairness.py): stop at the first that cannot start.
         if self._waiting and budget > 0:
-            budget = self._start_waiting(scheduled, preempted, budget)
+            budget = self._start_waiting(scheduled, preempted, budget, timer)
 
         # 4. Drafts, last: from what the others left (module docstring).
         if propose is not None:
@@ -242,7 +254,17 @@ class Scheduler:
         self.allocator.on_computed(seq)
         self.allocator.trim(seq, seq.num_tokens)
 
-    def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int) -> int:
+    def _step_budget(self, decodes: list[ScheduledSeq]) -> StepBudget | None:
+        """This step's time for prefill chunks: the target (SOLO_FACTOR of it with no decode to delay) less
+        the decodes' predicted share; None when chunks are sized by the token budget only."""
+        if self.step_cost is None or not self.config.enable_chunked_prefill:
+            return None
+        target = self.config.step_target_s * (1 if decodes else SOLO_FACTOR)
+        return self.step_cost.step_budget(target, len(decodes), sum(s.seq.num_tokens for s in decodes),
+                                          self.config.long_prefill_chunk)
+
+    def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int,
+                       timer: StepBudget | None = None) -> int:
         """Start waiting sequences in FairStarts order while budget, slots and blocks allow; returns the budget left.
 
         A request with nothing running that cannot start displaces the latest sequence of the request running
@@ -272,6 +294,8 @@ class Scheduler:
             n = seq.num_uncomputed_tokens
             if self.config.enable_chunked_prefill:
                 n = min(n, budget)
+                if timer is not None:
+                    n = timer.chunk(seq.num_computed_tokens, n)
             scheduled.append(ScheduledSeq(seq, n))
             budget -= n
         self._waiting = deque(s for s in self._waiting if s.status == SequenceStatus.WAITING)

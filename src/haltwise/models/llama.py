@@ -126,7 +126,14 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, i, options) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)
         self.native_decode = None   # models/native_decode.py: set under --dtype auto when the kernels load
+        self.layers_run = 0         # Python layers run since construction (progress(): the watchdog's evidence)
         self.build_rope(config, max_model_len)
+
+    def progress(self) -> int:
+        """A counter that grows while a forward computes: per layer on the Python path, per layer and per
+        attention in the native stack. Any thread may read it during a forward (the stack frees the GIL)."""
+        native = self.native_decode
+        return self.layers_run + (native.stack.beats if native is not None else 0)
 
     def build_rope(self, config: ModelConfig, max_model_len: int) -> None:
         """(Re)compute the rope tables: the global layers', and the sliding layers' own where they differ.
@@ -154,6 +161,7 @@ class LlamaModel(nn.Module):
         else:
             for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
                 h = layer(h, local if layer.local_rope else rope, kv_cache, meta)
+                self.layers_run += 1
         return self.norm(h[logits_indices])                 # (B, hidden)
 
 
@@ -173,6 +181,10 @@ class LlamaForCausalLM(WeightLoading, nn.Module):
         """Make lm_head share embed_tokens' weight when the config says so (idempotent)."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def progress(self) -> int:
+        """Grows while a step computes (LlamaModel.progress); read by the engine's watchdog."""
+        return self.model.progress()
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],

@@ -49,7 +49,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--max-concurrent-per-client", type=int, default=None, metavar="N",
       help="requests in flight per client (its API key, else its address) before 429 + Retry-After (default: off)")
     a("--default-timeout", type=float, default=None, help="seconds per request unless it sets `timeout`")
-    a("--watchdog", type=float, default=30.0, help="seconds an engine step may run before its requests fail")
+    a("--watchdog", type=float, default=30.0,
+      help="seconds a step may show no progress (no layer done) before its requests fail; a slow step never does")
     a("--max-body-bytes", type=parse_memory, default=DEFAULT_MAX_BODY_BYTES, help="request body limit (413)")
     a("--max-header-bytes", type=parse_memory, default=64 * 1024, help="request line + headers limit")
     a("--shutdown-grace", type=float, default=10.0, help="seconds in-flight requests get on SIGTERM")

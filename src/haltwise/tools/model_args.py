@@ -33,6 +33,8 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
     p.add_argument("--no-chunked-prefill", action="store_true", help="run each prompt's prefill in one step")
+    p.add_argument("--step-target", type=float, default=0.5, metavar="SECONDS",
+                   help="size prefill chunks so a step takes about this long here (measured); 0 = budget only")
     p.add_argument("--no-prefix-caching", action="store_true", help="do not share prompt blocks between requests")
     p.add_argument("--swa-full", action="store_true",
                    help="sliding-window layers (Gemma 3) keep every position and the prefix cache stays on, instead "
@@ -93,6 +95,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         dtype=args.dtype, block_size=args.block_size, kv_cache_memory=parse_memory(args.kv_cache_memory),
         max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
         max_num_batched_tokens=args.max_num_batched_tokens, enable_chunked_prefill=not args.no_chunked_prefill,
+        step_target_s=args.step_target,
         enable_prefix_caching=not args.no_prefix_caching, swa_full=args.swa_full, max_queue=args.max_queue,
         watermark=args.watermark,
         batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
