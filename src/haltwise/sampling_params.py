@@ -10,6 +10,7 @@ MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
 MAX_STOP_STRING_LEN = 256  # characters per stop string
 STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn", "auto")  # auto: stopping/intent.py
 STOP_BOUNDARIES = ("prefix", "word")  # how stop strings match: anywhere, or only as whole words
+MAX_LOGIT_BIAS = 100.0     # |bias| bound (OpenAI): -100 bans a token, +100 all but forces it
 
 
 class ParamError(ValueError):
@@ -75,6 +76,9 @@ class SamplingParams:
     # opens one (chat surfaces set this); stops, grammars and loop detectors then act on the answer only.
     split_reasoning: bool = False
     max_reasoning_tokens: int | None = None  # reasoning budget: the engine closes the section after this many
+    # Added to the raw logits of these token ids before the grammar mask and sampling (engine/sampler.py
+    # says what wins against the termination layers); ids are checked against the vocabulary at admission.
+    logit_bias: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         # Normalise list-like inputs so the dataclass stays hashable and immutable.
@@ -83,6 +87,9 @@ class SamplingParams:
         object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         object.__setattr__(self, "stop_presets", tuple(self.stop_presets or ()))
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", parse_logit_bias(self.logit_bias))
+        object.__setattr__(self, "logit_bias", tuple(sorted(tuple(kv) for kv in self.logit_bias or ())))
         if isinstance(self.structured_outputs, dict):
             try:
                 object.__setattr__(self, "structured_outputs", StructuredOutputs(**self.structured_outputs))
@@ -137,12 +144,31 @@ class SamplingParams:
         need(self.max_reasoning_tokens is None or (_is_int(self.max_reasoning_tokens)
                                                    and self.max_reasoning_tokens >= 0),
              "max_reasoning_tokens", f"max_reasoning_tokens must be an integer >= 0, got {self.max_reasoning_tokens!r}")
+        for token_id, bias in self.logit_bias:
+            need(_is_int(token_id) and token_id >= 0, "logit_bias",
+                 f"logit_bias keys must be token ids (non-negative integers), got {token_id!r}")
+            need(_is_num(bias) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS, "logit_bias",
+                 f"logit_bias[{token_id}] must be in [-100, 100], got {bias!r}")
         need(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
              "structured_outputs", "structured_outputs must be a StructuredOutputs (or a dict of its fields)")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+
+def parse_logit_bias(bias: dict[Any, Any]) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id as a string": bias} -> ((id, bias), ...) sorted by id; ParamError naming the key."""
+    out = []
+    for key, value in bias.items():
+        text = key if isinstance(key, str) else str(key) if _is_int(key) else None
+        if text is None or not text.strip().isdigit():
+            raise ParamError("logit_bias", f"logit_bias keys must be token ids (non-negative integers as strings), "
+                             f"got {key!r}")
+        if not (_is_num(value) and -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS):
+            raise ParamError("logit_bias", f"logit_bias[{key!r}] must be a number in [-100, 100], got {value!r}")
+        out.append((int(text), float(value)))
+    return tuple(sorted(out))
 
 
 def _is_int(x: object) -> bool:

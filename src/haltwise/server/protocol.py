@@ -3,12 +3,13 @@
 Per OpenAI field, one of three decisions (README lists them too):
 - accepted: model, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, n, stream,
   stream_options.include_usage, stop, seed, frequency_penalty, presence_penalty, logprobs, top_logprobs,
-  echo; plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
+  echo, logit_bias (token ids checked against the vocabulary, values in [-100, 100]);
+  plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
 - accepted and ignored: `user`, `store`, `metadata`, `service_tier` -- bookkeeping for OpenAI's platform
   that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
-- rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n,
+- rejected with 400 when set to a non-default value: `suffix`, `best_of` != n,
   `functions`, `function_call` (the legacy names of tools),
-  `audio`, `modalities`, `prediction`, `echo` with `logprobs` (no prompt logprobs).
+  `audio`, `modalities`, `prediction`.
 Reasoning (chat only, server/reasoning_request.py): `reasoning_effort`, `max_reasoning_tokens` (extension),
 `chat_template_kwargs` (vLLM), assistant `reasoning_content` in history (handed to the template).
 Tool calling (chat only): `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and `tool`
@@ -26,7 +27,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams
+from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams, parse_logit_bias
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
 from haltwise.stopping.intent import resolve_auto
@@ -82,8 +83,7 @@ class _GenerationRequest(_Strict):
     store: bool | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
-    # rejected unless empty/default
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = None   # {"token id": bias}; checked in SamplingParams / check_prompt
     # vLLM / haltwise extras
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -107,13 +107,8 @@ class _GenerationRequest(_Strict):
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
 
-    def _reject_unsupported(self) -> None:
-        if self.logit_bias:
-            raise ParamError("logit_bias", "logit_bias is not supported by haltwise")
-
     def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
         """Convert to engine params; raises ParamError (400) for any invalid or unsupported value."""
-        self._reject_unsupported()
         detection = loop_detection(self.repetition_detection)
         return SamplingParams(
             n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
@@ -126,7 +121,7 @@ class _GenerationRequest(_Strict):
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
             skip_special_tokens=self.skip_special_tokens, repetition_detection=detection,
             timeout=self.timeout, logprobs=logprobs, truncate_prompt_tokens=self.truncate_prompt_tokens,
-            structured_outputs=structure_of(self),
+            structured_outputs=structure_of(self), logit_bias=parse_logit_bias(self.logit_bias or {}),
         )
 
     @property
