@@ -69,6 +69,9 @@ class SamplingParams:
     repetition_detection: RepetitionDetection = field(default_factory=RepetitionDetection)
     timeout: float | None = None        # seconds from arrival; None = the engine default
     logprobs: int | None = None         # top logprobs per generated token
+    # Logprobs of the prompt's own tokens (engine/prompt_logprobs.py), with this many top alternatives each;
+    # the request then gets logits at every prompt position and no prefix-cache hit. None = off.
+    prompt_logprobs: int | None = None
     truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
     structured_outputs: StructuredOutputs | None = None  # grammar-constrained decoding (a dict is converted)
     tool_calls: Any = None              # toolcalls.constraint.ToolCallConstraint: how the text settles (set by a plan)
@@ -116,8 +119,12 @@ class SamplingParams:
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
             need(_is_num(value) and -2.0 <= value <= 2.0, name, f"{name} must be in [-2, 2], got {value!r}")
-        need(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
-             f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        need(self.prompt_logprobs is None or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs <= 20),
+             "prompt_logprobs", f"prompt_logprobs must be an integer in [0, 20], got {self.prompt_logprobs!r}")
+        scoring = self.prompt_logprobs is not None   # max_tokens 0: score the prompt, generate nothing
+        need(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= (0 if scoring else 1)),
+             "max_tokens", f"max_tokens must be an integer >= 1 (0 only for prompt scoring: echo with logprobs, "
+             f"or prompt_logprobs), got {self.max_tokens!r}")
         need(_is_int(self.min_tokens) and self.min_tokens >= 0, "min_tokens",
              f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
         need(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",

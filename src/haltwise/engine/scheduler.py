@@ -31,6 +31,7 @@ from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionError, AdmissionPolicy
 from haltwise.engine.block_allocator import BlockAllocator
 from haltwise.engine.fairness import FairStarts
+from haltwise.engine.prompt_logprobs import PROMPT_LOGITS_CHUNK
 from haltwise.engine.sequence import Sequence, SequenceStatus
 from haltwise.stopping.termination import Termination
 
@@ -193,7 +194,7 @@ class Scheduler:
                 break
             if seq.num_uncomputed_tokens <= 1:
                 continue
-            n = min(seq.num_uncomputed_tokens, budget, chunk_cap)
+            n = min(seq.num_uncomputed_tokens, budget, chunk_cap, self._logits_cap(seq))
             covered = self.allocator.ensure_slots(seq, seq.num_computed_tokens + n)
             assert covered, "a started sequence's blocks cover all of its token ids"
             scheduled.append(ScheduledSeq(seq, n))
@@ -271,11 +272,15 @@ class Scheduler:
             self._running.append(seq)
             n = seq.num_uncomputed_tokens
             if self.config.enable_chunked_prefill:
-                n = min(n, budget)
+                n = min(n, budget, self._logits_cap(seq))
             scheduled.append(ScheduledSeq(seq, n))
             budget -= n
         self._waiting = deque(s for s in self._waiting if s.status == SequenceStatus.WAITING)
         return budget
+
+    def _logits_cap(self, seq: Sequence) -> int:
+        """A chunk's size limit: PROMPT_LOGITS_CHUNK while seq wants logits at every prompt position."""
+        return PROMPT_LOGITS_CHUNK if seq.needs_prompt_logits and self.config.enable_chunked_prefill else 1 << 62
 
     def _can_start(self, seq: Sequence) -> bool:
         return (len(self._running) < self.max_num_seqs
