@@ -10,6 +10,7 @@ MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
 MAX_STOP_STRING_LEN = 256  # characters per stop string
 STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn", "auto")  # auto: stopping/intent.py
 STOP_BOUNDARIES = ("prefix", "word")  # how stop strings match: anywhere, or only as whole words
+MAX_PRIORITY = 2**31 - 1  # |priority| bound (an int32, as vLLM's protobuf-facing APIs)
 MAX_LOGIT_BIAS = 100.0     # |bias| bound (OpenAI): -100 bans a token, +100 all but forces it
 
 
@@ -82,6 +83,9 @@ class SamplingParams:
     # Added to the raw logits of these token ids before the grammar mask and sampling (engine/sampler.py
     # says what wins against the termination layers); ids are checked against the vocabulary at admission.
     logit_bias: tuple[tuple[int, float], ...] = ()
+    # Scheduling, not sampling (carried here as the request's one parameter object): vLLM's `priority`,
+    # lower = sooner, under --scheduling-policy priority (engine/priority.py). Never changes the tokens.
+    priority: int = 0
 
     def __post_init__(self) -> None:
         # Normalise list-like inputs so the dataclass stays hashable and immutable.
@@ -156,6 +160,8 @@ class SamplingParams:
                  f"logit_bias keys must be token ids (non-negative integers), got {token_id!r}")
             need(_is_num(bias) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS, "logit_bias",
                  f"logit_bias[{token_id}] must be in [-100, 100], got {bias!r}")
+        need(_is_int(self.priority) and -MAX_PRIORITY <= self.priority <= MAX_PRIORITY, "priority",
+             f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {self.priority!r}")
         need(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
              "structured_outputs", "structured_outputs must be a StructuredOutputs (or a dict of its fields)")
 

@@ -113,6 +113,9 @@ class LLMEngine:
     # ---- requests in -------------------------------------------------------------------------------------------
     def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
         """Validate ids and lengths (SPEC §3: no silent truncation). Returns (prompt ids, tokens truncated)."""
+        if params.priority and self.config.scheduling_policy != "priority":
+            raise InvalidRequest(f"priority {params.priority} needs --scheduling-policy priority (this server "
+                                 "schedules first come, first served; priority must be 0)", param="priority")
         return check_prompt(prompt_token_ids, params, self.model_config.vocab_size, self.max_model_len)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,

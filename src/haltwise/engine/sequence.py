@@ -47,6 +47,7 @@ class Sequence:
     # The prompt's logits are wanted at every position (engine/prompt_logprobs.py) until scored: no
     # prefix-cache hit then, and chunks capped at PROMPT_LOGITS_CHUNK. Cleared once the prompt is scored.
     needs_prompt_logits: bool = False
+    arrival_step: int = 0                 # the scheduler step at which it was queued (priority aging)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

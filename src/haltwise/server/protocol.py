@@ -4,7 +4,7 @@ Per OpenAI field, one of three decisions (README lists them too):
 - accepted: model, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, n, stream,
   stream_options.include_usage, stop, seed, frequency_penalty, presence_penalty, logprobs, top_logprobs,
   echo (with logprobs: the prompt's tokens scored too; max_tokens 0 then scores the prompt only),
-  vLLM's prompt_logprobs, logit_bias (token ids checked against the vocabulary, values in [-100, 100]);
+  vLLM's prompt_logprobs and priority, logit_bias (token ids checked against the vocabulary, values in [-100, 100]);
   plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
 - accepted and ignored: `user`, `store`, `metadata`, `service_tier` -- bookkeeping for OpenAI's platform
   that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
@@ -103,6 +103,7 @@ class _GenerationRequest(_Strict):
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputsSpec | None = None
     prompt_logprobs: int | None = Field(None, ge=0, le=20)   # vLLM: logprobs of the prompt tokens (top-k each)
+    priority: int = 0                                        # vLLM: lower = sooner (--scheduling-policy priority)
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
@@ -125,7 +126,7 @@ class _GenerationRequest(_Strict):
             stop_boundary=self.stop_boundary,
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
             skip_special_tokens=self.skip_special_tokens, repetition_detection=detection,
-            timeout=self.timeout, logprobs=logprobs, prompt_logprobs=prompt_logprobs,
+            timeout=self.timeout, logprobs=logprobs, prompt_logprobs=prompt_logprobs, priority=self.priority,
             truncate_prompt_tokens=self.truncate_prompt_tokens,
             structured_outputs=structure_of(self), logit_bias=parse_logit_bias(self.logit_bias or {}),
         )
