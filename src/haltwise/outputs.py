@@ -55,6 +55,7 @@ class RequestOutput:
     num_cached_tokens: int = 0             # prompt tokens served from the prefix cache
     first_token_latency: float | None = None  # seconds from arrival to first token
     latency: float | None = None           # seconds from arrival to finish
+    queue_time: float | None = None        # seconds from arrival to the first step that ran it
     # The prompt tokens' logprobs (first None), when asked (SamplingParams.prompt_logprobs), once computed
     prompt_logprobs: list[TokenLogprob | None] | None = None
 

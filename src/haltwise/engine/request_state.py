@@ -155,12 +155,14 @@ class RequestState:
         first = [s.seq.first_token_time for s in self.seqs if s.seq.first_token_time is not None]
         arrival = self.seqs[0].seq.arrival_time
         finish = [s.seq.finish_time for s in self.seqs if s.seq.finish_time is not None]
+        started = [s.seq.first_scheduled_time for s in self.seqs if s.seq.first_scheduled_time is not None]
         out = RequestOutput(
             request_id=self.request_id, prompt_token_ids=self.prompt_token_ids,
             outputs=[s.take_update() for s in self.seqs],
             num_truncated_prompt_tokens=self.num_truncated_prompt_tokens,
             num_cached_tokens=self.seqs[0].seq.num_cached_tokens,
             first_token_latency=(min(first) - arrival) if first else None,
+            queue_time=(min(started) - arrival) if started else None,
             latency=(max(finish) - arrival) if self.finished and finish else None,
             prompt_logprobs=list(scores.logprobs) if (scores := self.seqs[0].scores) and scores.done else None,
         )

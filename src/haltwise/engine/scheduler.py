@@ -281,6 +281,8 @@ class Scheduler:
             if not self.config.enable_chunked_prefill and remaining > budget and scheduled:
                 break  # waits for a step where it fits whole (or runs alone when larger than the budget)
             order.started(seq)
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.monotonic()
             self.allocator.allocate_prompt(seq)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)

@@ -41,6 +41,7 @@ class Sequence:
     termination: Termination | None = None
     num_preemptions: int = 0
     first_token_time: float | None = None
+    first_scheduled_time: float | None = None   # when it first left the waiting queue (the end of "queue")
     finish_time: float | None = None
     num_draft_tokens: int = 0             # speculative drafts verified for this sequence (engine/speculation.py)
     num_accepted_draft_tokens: int = 0    # of which accepted
