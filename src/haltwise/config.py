@@ -14,6 +14,7 @@ ENGINE_DTYPES = ("auto", "float32", "bfloat16")
 # activations' dtype (float32 stays the exact oracle).
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "int8")
 AUTO_KV_DTYPE = "int8"
+SCHEDULING_POLICIES = ("fcfs", "priority")   # engine/priority.py
 # --kv-cache-memory auto (engine/kv_cache.py): the share of available RAM the pool takes, and the most it
 # takes to fit one full-length sequence.
 KV_AUTO_FRACTION = 0.10
@@ -112,6 +113,10 @@ class EngineConfig:
     # Sliding-window layers keep every position (and the prefix cache stays on) instead of only their
     # window in a pool of their own (engine/window_blocks.py); as llama.cpp's --swa-full.
     swa_full: bool = False
+    # "fcfs": starts in arrival order (fairness.py) and a request's priority must be 0 (a 400 otherwise, as
+    # vLLM v0); "priority": lower `priority` first, aged (engine/priority.py) so no request starves.
+    scheduling_policy: str = "fcfs"
+    priority_aging_steps: int = 64      # priority policy: one level more urgent per this many engine steps
 
     @property
     def kv_dtype(self) -> str:
@@ -136,5 +141,10 @@ class EngineConfig:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
         if self.speculative_max_batch is not None and self.speculative_max_batch < 1:
             raise ValueError(f"speculative_max_batch must be >= 1 or None, got {self.speculative_max_batch}")
+        if self.scheduling_policy not in SCHEDULING_POLICIES:
+            raise ValueError(f"scheduling_policy must be one of {list(SCHEDULING_POLICIES)}, "
+                             f"got {self.scheduling_policy!r}")
+        if self.priority_aging_steps < 1:
+            raise ValueError(f"priority_aging_steps must be >= 1, got {self.priority_aging_steps}")
         if not 0.0 < self.watermark <= 1.0:
             raise ValueError(f"watermark must be in (0, 1], got {self.watermark}")

@@ -11,6 +11,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]] = field(default_factory=list)  # (token_id, logprob), best first
+    rank: int | None = None             # the token's rank in the distribution (1 = best), when computed
 
 
 @dataclass
@@ -54,6 +55,9 @@ class RequestOutput:
     num_cached_tokens: int = 0             # prompt tokens served from the prefix cache
     first_token_latency: float | None = None  # seconds from arrival to first token
     latency: float | None = None           # seconds from arrival to finish
+    queue_time: float | None = None        # seconds from arrival to the first step that ran it
+    # The prompt tokens' logprobs (first None), when asked (SamplingParams.prompt_logprobs), once computed
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def finished(self) -> bool:

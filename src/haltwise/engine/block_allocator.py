@@ -129,7 +129,7 @@ class BlockAllocator:
         At most (num_tokens - 1) // block_size blocks: the last token is always recomputed so the
         step that finishes the prefill has logits to sample from.
         """
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq.needs_prompt_logits:   # it needs every position's logits
             return [], []
         hashes: list[bytes] = []
         hits: list[int] = []

@@ -22,7 +22,8 @@ from haltwise.engine.sampler import Sampler
 from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
-from haltwise.engine.speculation import Speculator, run_heads, speculation_unsupported
+from haltwise.engine.prompt_logprobs import PromptScores, score_prompts
+from haltwise.engine.speculation import Speculator, speculation_unsupported
 from haltwise.engine.step_cost import StepCost
 from haltwise.engine.window_blocks import WindowBlocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
@@ -114,6 +115,9 @@ class LLMEngine:
     # ---- requests in -------------------------------------------------------------------------------------------
     def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
         """Validate ids and lengths (SPEC §3: no silent truncation). Returns (prompt ids, tokens truncated)."""
+        if params.priority and self.config.scheduling_policy != "priority":
+            raise InvalidRequest(f"priority {params.priority} needs --scheduling-policy priority (this server "
+                                 "schedules first come, first served; priority must be 0)", param="priority")
         return check_prompt(prompt_token_ids, params, self.model_config.vocab_size, self.max_model_len)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -174,6 +178,9 @@ class LLMEngine:
         state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
                                generator, CompletionOutput(index=index),
                                logprobs=[] if params.logprobs is not None else None)
+        if params.prompt_logprobs is not None and index == 0:   # siblings share the prompt: scored once
+            state.scores = PromptScores(prompt, params.prompt_logprobs)
+            seq.needs_prompt_logits = not state.scores.done
         if params.split_reasoning and self.reasoning_tags is not None:
             state.reasoning = ReasoningSection(self.reasoning_tags, prompt, params.max_reasoning_tokens,
                                                params.repetition_detection,
@@ -215,17 +222,19 @@ class LLMEngine:
 
     def _run(self, out) -> None:
         states = {s.seq.seq_id: s for r in self.requests.values() for s in r.seqs}
-        runs = [sch for sch in out.scheduled if sch.samples]
+        # A prompt-scoring sequence (max_tokens 0) ends when its prompt is computed: nothing is sampled.
+        scored_only = [sch for sch in out.scheduled if sch.samples and sch.seq.params.max_tokens == 0]
+        runs = [sch for sch in out.scheduled if sch.samples and sch.seq.params.max_tokens != 0]
         sampled = [states[sch.seq.seq_id] for sch in runs]
-        heads = run_heads(runs)
         started = time.perf_counter()
         try:
             rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.start, sch.start + sch.num_new_tokens,
-                             sch.samples, sch.draft_token_ids,
+                             sch.samples and sch.seq.params.max_tokens != 0, sch.draft_token_ids,
                              self.allocator.window_table(sch.seq, sch.start, sch.start + sch.num_new_tokens
-                                                         + len(sch.draft_token_ids)))
+                                                         + len(sch.draft_token_ids)), sch.seq.needs_prompt_logits)
                     for sch in out.scheduled]
             logits = self.runner.execute(rows)   # 1 + k rows per run: its last token's, then each draft's
+            heads = score_prompts([states[sch.seq.seq_id] for sch in out.scheduled], rows, logits)
             grammar = self._grammar_mask(sampled)
             head = logits if len(heads) == logits.shape[0] else logits[heads]
             result = self.sampler(head, [s.sampling_row() for s in sampled], grammar) if sampled else None
@@ -237,6 +246,9 @@ class LLMEngine:
             return
         self.step_cost.observe(out.num_batched_tokens, out.num_attention_pairs, time.perf_counter() - started)
         self.scheduler.after_step(out)
+        for sch in scored_only:
+            self._finish(states[sch.seq.seq_id], Termination(Reason.MAX_TOKENS, "max_tokens 0: the prompt was "
+                                                             "scored, nothing generated"))
         for i, state in enumerate(sampled):
             if not result.finite[i]:
                 self._finish(state, Termination(Reason.ERROR, "model produced NaN/Inf logits"))

@@ -15,7 +15,9 @@ its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of
 with its token ids (prompt + generated) intact, to be recomputed as a prefill. Sampling happens
 only for a chunk that reaches the sequence's end, so a preempted sequence resumes exactly where it was.
 A request with nothing running may also displace the latest sequence of the request running the most
-(fairness.py), the same way.
+(fairness.py), the same way. Under --scheduling-policy priority (priority.py), running sequences are kept
+in effective-priority order (so the one preempted first is the least urgent), starts go by effective
+priority, and a waiting sequence may preempt a strictly less urgent running one.
 
 The scheduler never touches tensors, the tokenizer or the model; `finish` is the only place a
 sequence becomes FINISHED.
@@ -31,6 +33,8 @@ from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionError, AdmissionPolicy
 from haltwise.engine.block_allocator import BlockAllocator
 from haltwise.engine.fairness import FairStarts
+from haltwise.engine.priority import PriorityRank
+from haltwise.engine.prompt_logprobs import PROMPT_LOGITS_CHUNK
 from haltwise.engine.sequence import Sequence, SequenceStatus
 from haltwise.engine.step_cost import SOLO_FACTOR, StepBudget, StepCost, prefill_pairs
 from haltwise.stopping.termination import Termination
@@ -101,6 +105,7 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: the last one is preempted first
         self.num_preemptions = 0
+        self.num_steps = 0                  # schedule() calls so far: the clock of priority aging
 
     # ---- views --------------------------------------------------------------------------------
     @property
@@ -127,6 +132,7 @@ class Scheduler:
         """Queue a new sequence, or raise AdmissionError (too_large / queue_full) at once."""
         self.policy.check_new(seq, len(self._waiting))
         seq.status = SequenceStatus.WAITING
+        seq.arrival_step = self.num_steps
         self._waiting.append(seq)
 
     def add_group(self, seqs: list[Sequence]) -> None:
@@ -135,6 +141,7 @@ class Scheduler:
             self.policy.check_new(seq, len(self._waiting) + len(seqs) - 1)
         for seq in seqs:
             seq.status = SequenceStatus.WAITING
+            seq.arrival_step = self.num_steps
             self._waiting.append(seq)
 
     def finish(self, seq: Sequence, termination: Termination) -> None:
@@ -174,6 +181,11 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
+        self.num_steps += 1
+        rank = PriorityRank(self.config.scheduling_policy == "priority", self.config.priority_aging_steps,
+                            self.num_steps)
+        if rank.enabled:
+            self._running.sort(key=rank)    # stable: admission order among equals; the back is preempted first
 
         # 1. Decodes, in admission order. Growing by one token may need a block; if none is free,
         #    preempt from the back of `running` (which this loop has not reached yet, or is `seq`).
@@ -203,7 +215,7 @@ class Scheduler:
                 break
             if seq.num_uncomputed_tokens <= 1:
                 continue
-            n = min(seq.num_uncomputed_tokens, budget, chunk_cap)
+            n = min(seq.num_uncomputed_tokens, budget, chunk_cap, self._logits_cap(seq))
             if timer is not None:
                 n = timer.chunk(seq.num_computed_tokens, n)
             covered = self.allocator.ensure_slots(seq, seq.num_computed_tokens + n)
@@ -213,7 +225,7 @@ class Scheduler:
 
         # 3. Start waiting sequences, fairly across requests (fairness.py): stop at the first that cannot start.
         if self._waiting and budget > 0:
-            budget = self._start_waiting(scheduled, preempted, budget, timer)
+            budget = self._start_waiting(scheduled, preempted, budget, rank, timer)
 
         # 4. Drafts, last: from what the others left (module docstring).
         if propose is not None:
@@ -264,16 +276,18 @@ class Scheduler:
                                           self.config.long_prefill_chunk)
 
     def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int,
-                       timer: StepBudget | None = None) -> int:
+                       rank: PriorityRank, timer: StepBudget | None = None) -> int:
         """Start waiting sequences in FairStarts order while budget, slots and blocks allow; returns the budget left.
 
         A request with nothing running that cannot start displaces the latest sequence of the request running
         the most (a displaced sequence already scheduled this step is unscheduled, its tokens refunded).
         """
-        order = FairStarts(self._waiting, self._running)
+        order = FairStarts(self._waiting, self._running, rank)
         while budget > 0 and (seq := order.next()) is not None:
             while not self._can_start(seq):
                 victim = order.victim(seq, self._running)
+                if victim is None and (victim := rank.victim(seq, self._running)) is not None:
+                    order.preempted(victim)
                 if victim is None:
                     break
                 for i, s in enumerate(scheduled):
@@ -288,18 +302,24 @@ class Scheduler:
             if not self.config.enable_chunked_prefill and remaining > budget and scheduled:
                 break  # waits for a step where it fits whole (or runs alone when larger than the budget)
             order.started(seq)
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.monotonic()
             self.allocator.allocate_prompt(seq)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
             n = seq.num_uncomputed_tokens
             if self.config.enable_chunked_prefill:
-                n = min(n, budget)
+                n = min(n, budget, self._logits_cap(seq))
                 if timer is not None:
                     n = timer.chunk(seq.num_computed_tokens, n)
             scheduled.append(ScheduledSeq(seq, n))
             budget -= n
         self._waiting = deque(s for s in self._waiting if s.status == SequenceStatus.WAITING)
         return budget
+
+    def _logits_cap(self, seq: Sequence) -> int:
+        """A chunk's size limit: PROMPT_LOGITS_CHUNK while seq wants logits at every prompt position."""
+        return PROMPT_LOGITS_CHUNK if seq.needs_prompt_logits and self.config.enable_chunked_prefill else 1 << 62
 
     def _can_start(self, seq: Sequence) -> bool:
         return (len(self._running) < self.max_num_seqs

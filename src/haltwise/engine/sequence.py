@@ -41,9 +41,14 @@ class Sequence:
     termination: Termination | None = None
     num_preemptions: int = 0
     first_token_time: float | None = None
+    first_scheduled_time: float | None = None   # when it first left the waiting queue (the end of "queue")
     finish_time: float | None = None
     num_draft_tokens: int = 0             # speculative drafts verified for this sequence (engine/speculation.py)
     num_accepted_draft_tokens: int = 0    # of which accepted
+    # The prompt's logits are wanted at every position (engine/prompt_logprobs.py) until scored: no
+    # prefix-cache hit then, and chunks capped at PROMPT_LOGITS_CHUNK. Cleared once the prompt is scored.
+    needs_prompt_logits: bool = False
+    arrival_step: int = 0                 # the scheduler step at which it was queued (priority aging)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -55,15 +55,6 @@ def speculation_unsupported(config, model) -> str:
     return ""
 
 
-def run_heads(runs) -> list[int]:
-    """Index of each sampled ScheduledSeq's first logits row: a run of k drafts has 1 + k rows."""
-    heads, row = [], 0
-    for sch in runs:
-        heads.append(row)
-        row += 1 + len(sch.draft_token_ids)
-    return heads
-
-
 class PromptLookup:
     """Where each n-gram (MIN_NGRAM..MAX_NGRAM) last occurred with a token after it.
 

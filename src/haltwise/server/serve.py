@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from haltwise.memory_size import parse_memory
-from haltwise.server import connections, limits, secrets
+from haltwise.server import connections, limits, secrets, tracing
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
@@ -63,6 +63,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                            "instead of starting a local one on 127.0.0.1")
     a("--tool-call-parser", default=None, choices=sorted(FORMATS) + sorted(ALIASES), help="tool-call format: hermes (Qwen2.5), llama3_json, mistral "
                                                 "(default: chosen from the model's chat template)")
+    tracing.add_arguments(parser)
     a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
@@ -98,6 +99,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
     args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
+    try:  # also before the model loads: --otlp-traces-endpoint without the otel extra
+        args.tracer = tracing.tracer_from(args.otlp_traces_endpoint)
+    except SystemExit as exc:
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if args.replicas or args.ray_address:
         from haltwise.cluster.launch import serve_cluster
 
@@ -119,7 +125,7 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     allowed_hosts=hosts, cors_origins=_split(args.cors_origins), protect_metrics=args.protect_metrics,
                     body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args),
-                    max_concurrent_per_client=args.max_concurrent_per_client)
+                    max_concurrent_per_client=args.max_concurrent_per_client, tracer=getattr(args, "tracer", None))
     app.state.server.tool_call_parser = args.tool_call_parser
     config = connections.uvicorn_config(app, args.host, args.port, conn, log_level="info",
                                         h11_max_incomplete_event_size=args.max_header_bytes,

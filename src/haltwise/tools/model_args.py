@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from haltwise.config import ENGINE_DTYPES, KV_AUTO_FRACTION, KV_CACHE_DTYPES, EngineConfig
+from haltwise.config import ENGINE_DTYPES, KV_AUTO_FRACTION, KV_CACHE_DTYPES, SCHEDULING_POLICIES, EngineConfig
 from haltwise.memory_size import parse_memory
 
 
@@ -41,6 +41,11 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                         "of keeping only their window in a small pool of their own (as llama.cpp's --swa-full)")
     p.add_argument("--max-queue", type=int, default=256, help="waiting requests beyond which admission answers 503")
     p.add_argument("--watermark", type=float, default=0.9, help="admit while used KV blocks stay under this share")
+    p.add_argument("--scheduling-policy", default="fcfs", choices=list(SCHEDULING_POLICIES),
+                   help="fcfs: arrival order (a request's `priority` must be 0); priority: lower `priority` first, "
+                        "aged so nothing starves (docs/parameters.md)")
+    p.add_argument("--priority-aging-steps", type=int, default=64, metavar="N",
+                   help="priority policy: a waiting or running request gains one priority level per N engine steps")
     p.add_argument("--threads", type=int, default=None, help="torch threads (default: all cores)")
     p.add_argument("--nondeterministic-kernels", action="store_true",
                    help="opt in to the fastest kernel format per row bucket (dtype auto): a request's tokens may "
@@ -100,7 +105,8 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         watermark=args.watermark,
         batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
         num_threads=args.threads, speculative_tokens=args.speculative_tokens,
-        speculative_max_batch=args.speculative_max_batch)
+        speculative_max_batch=args.speculative_max_batch, scheduling_policy=args.scheduling_policy,
+        priority_aging_steps=args.priority_aging_steps)
 
 
 def read_model_config(model: str | None):

@@ -67,10 +67,12 @@ def test_schema_rejects(body: dict, loc: tuple) -> None:
     ({"prompt": "x", "stop": [""]}, "stop"),
     ({"prompt": "x", "stop": ["s"] * 65}, "stop"),
     ({"prompt": "x", "stop": ["s" * 257]}, "stop"),
-    ({"prompt": "x", "logit_bias": {"5": 1.0}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"five": 1.0}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"-5": 1.0}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"5": 100.5}}, "logit_bias"),
+    ({"prompt": "x", "logit_bias": {"5": -101.0}}, "logit_bias"),
     ({"prompt": "x", "suffix": "y"}, "suffix"),
     ({"prompt": "x", "best_of": 3}, "best_of"),
-    ({"prompt": "x", "echo": True, "logprobs": 1}, "echo"),
     ({"prompt": "x", "min_tokens": 5, "max_tokens": 2}, "min_tokens"),
 ])
 def test_completion_param_errors(body: dict, param: str) -> None:

@@ -10,6 +10,7 @@ from typing import Any, Callable
 
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
 from haltwise.server.generation import raise_if_failed
+from haltwise.server.prompt_scores import echo_logprobs, vllm_prompt_logprobs
 from haltwise.toolcalls.constraint import ToolCallConstraint
 from haltwise.toolcalls.response import ToolDeltaStream, chat_message
 
@@ -66,14 +67,19 @@ def chat_logprobs(tokenizer: Any, lps: list[TokenLogprob] | None) -> dict[str, A
 
 
 def completion_body(rid: str, created: int, model: str, outs: list[RequestOutput], n: int,
-                    echo: list[str] | None, tokenizer: Any) -> dict[str, Any]:
+                    echo: list[str] | None, tokenizer: Any, prompt_logprobs: bool = False) -> dict[str, Any]:
+    """prompt_logprobs: add vLLM's `prompt_logprobs` to each choice (asked by that field)."""
     choices = []
     for p, out in enumerate(outs):
         prefix = echo[p] if echo else ""
         for o in out.outputs:
-            choices.append({"index": p * n + o.index, "text": prefix + o.text,
-                            "logprobs": completion_logprobs(tokenizer, o.logprobs, len(prefix)),
-                            **end_fields(o, out)})
+            logprobs = completion_logprobs(tokenizer, o.logprobs, len(prefix))
+            if echo and logprobs is not None and out.prompt_logprobs is not None:
+                logprobs = echo_logprobs(tokenizer, out.prompt_token_ids, out.prompt_logprobs, logprobs)
+            choice = {"index": p * n + o.index, "text": prefix + o.text, "logprobs": logprobs, **end_fields(o, out)}
+            if prompt_logprobs:
+                choice["prompt_logprobs"] = vllm_prompt_logprobs(tokenizer, out.prompt_logprobs or [])
+            choices.append(choice)
     return {"id": rid, "object": "text_completion", "created": created, "model": model,
             "choices": choices, "usage": usage(outs)}
 
@@ -82,8 +88,11 @@ def chat_body(rid: str, created: int, model: str, out: RequestOutput, tokenizer:
               tool_calls: ToolCallConstraint | None = None) -> dict[str, Any]:
     choices = [{"index": o.index, "message": _with_reasoning(chat_message(tool_calls, o.text, rid, o.index), o),
                 "logprobs": chat_logprobs(tokenizer, o.logprobs), **end_fields(o, out)} for o in out.outputs]
-    return {"id": rid, "object": "chat.completion", "created": created, "model": model,
+    body = {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage([out])}
+    if out.prompt_logprobs is not None:       # vLLM: top level on chat
+        body["prompt_logprobs"] = vllm_prompt_logprobs(tokenizer, out.prompt_logprobs)
+    return body
 
 
 def _with_reasoning(message: dict[str, Any], o: CompletionOutput) -> dict[str, Any]:
@@ -155,8 +164,10 @@ class Chunker:
                 choice = {"index": index, "delta": delta,
                           "logprobs": chat_logprobs(self.tokenizer, o.delta_logprobs)}
             else:
-                choice = {"index": index, "text": prefix + o.delta_text,
-                          "logprobs": completion_logprobs(self.tokenizer, o.delta_logprobs, offset + len(prefix))}
+                logprobs = completion_logprobs(self.tokenizer, o.delta_logprobs, offset + len(prefix))
+                if prefix and logprobs is not None and out.prompt_logprobs is not None:
+                    logprobs = echo_logprobs(self.tokenizer, out.prompt_token_ids, out.prompt_logprobs, logprobs)
+                choice = {"index": index, "text": prefix + o.delta_text, "logprobs": logprobs}
             choice.update(end_fields(o, out) if ended else {"finish_reason": None, "stop_reason": None})
             choices.append(choice)
         if self.tool_calls is not None:      # one chunk per delta: a call's events stay in order

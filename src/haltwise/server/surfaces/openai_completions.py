@@ -43,7 +43,7 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
 
     def build(outs: list[RequestOutput]) -> dict[str, Any]:
         echo = echo_texts(raw, outs, tok) if body.echo else None
-        return completion_body(rid, created, model, outs, body.n, echo, tok)
+        return completion_body(rid, created, model, outs, body.n, echo, tok, body.prompt_logprobs is not None)
 
     def echo(p: int, out: RequestOutput) -> str:
         return echo_texts([raw[p]], [out], tok)[0]

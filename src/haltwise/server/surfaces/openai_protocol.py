@@ -3,12 +3,14 @@
 Per OpenAI field, one of three decisions (README lists them too):
 - accepted: model, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, n, stream,
   stream_options.include_usage, stop, seed, frequency_penalty, presence_penalty, logprobs, top_logprobs,
-  echo; plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
+  echo (with logprobs: the prompt's tokens scored too; max_tokens 0 then scores the prompt only),
+  vLLM's prompt_logprobs and priority, logit_bias (token ids checked against the vocabulary, values in [-100, 100]);
+  plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
 - accepted and ignored: `user`, `store`, `metadata`, `service_tier` -- bookkeeping for OpenAI's platform
   that changes nothing about the generated text; haltwise neither stores nor bills. `user` is not logged.
-- rejected with 400 when set to a non-default value: `logit_bias`, `suffix`, `best_of` != n,
+- rejected with 400 when set to a non-default value: `suffix`, `best_of` != n,
   `functions`, `function_call` (the legacy names of tools),
-  `audio`, `modalities`, `prediction`, `echo` with `logprobs` (no prompt logprobs).
+  `audio`, `modalities`, `prediction`.
 Reasoning (chat only, server/reasoning_request.py): `reasoning_effort`, `max_reasoning_tokens` (extension),
 `chat_template_kwargs` (vLLM), assistant `reasoning_content` in history (handed to the template).
 Tool calling (chat only): `tools`, `tool_choice`, `parallel_tool_calls`, assistant `tool_calls` and `tool`
@@ -26,7 +28,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.sampling_params import ParamError, SamplingParams, parse_logit_bias
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.request_fields import MAX_N, MAX_SEED, RepetitionDetectionSpec, Strict, loop_detection
 from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
@@ -45,7 +47,7 @@ class _GenerationRequest(Strict):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None               # None = the served model
-    max_tokens: int | None = Field(None, ge=1)  # None = the rest of the context window
+    max_tokens: int | None = Field(None, ge=0)  # None = the rest of the window; 0 only to score a prompt
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)
     n: int = Field(1, ge=1, le=MAX_N)
@@ -60,8 +62,7 @@ class _GenerationRequest(Strict):
     store: bool | None = None
     metadata: dict[str, str] | None = None
     service_tier: str | None = None
-    # rejected unless empty/default
-    logit_bias: dict[str, float] | None = None
+    logit_bias: dict[str, float] | None = None   # {"token id": bias}; checked in SamplingParams / check_prompt
     # vLLM / haltwise extras
     stop_token_ids: list[int] | None = None
     include_stop_str_in_output: bool = False
@@ -79,19 +80,19 @@ class _GenerationRequest(Strict):
     # structured outputs (see structured_outputs.py)
     response_format: ResponseFormat | None = None
     structured_outputs: StructuredOutputsSpec | None = None
+    prompt_logprobs: int | None = Field(None, ge=0, le=20)   # vLLM: logprobs of the prompt tokens (top-k each)
+    priority: int = 0                                        # vLLM: lower = sooner (--scheduling-policy priority)
     guided_json: dict[str, Any] | str | None = None
     guided_regex: str | None = None
     guided_choice: list[str] | None = None
     guided_grammar: str | None = None
     guided_whitespace_pattern: str | None = None
 
-    def _reject_unsupported(self) -> None:
-        if self.logit_bias:
-            raise ParamError("logit_bias", "logit_bias is not supported by haltwise")
-
-    def sampling_params(self, max_tokens: int | None, logprobs: int | None) -> SamplingParams:
+    def sampling_params(self, max_tokens: int | None, logprobs: int | None,
+                        prompt_logprobs: int | None = None) -> SamplingParams:
         """Convert to engine params; raises ParamError (400) for any invalid or unsupported value."""
-        self._reject_unsupported()
+        if prompt_logprobs is None:
+            prompt_logprobs = self.prompt_logprobs
         detection = loop_detection(self.repetition_detection)
         return SamplingParams(
             n=self.n, temperature=self.temperature, top_p=self.top_p, top_k=self.top_k, min_p=self.min_p,
@@ -103,8 +104,9 @@ class _GenerationRequest(Strict):
             stop_boundary=self.stop_boundary,
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
             skip_special_tokens=self.skip_special_tokens, repetition_detection=detection,
-            timeout=self.timeout, logprobs=logprobs, truncate_prompt_tokens=self.truncate_prompt_tokens,
-            structured_outputs=structure_of(self),
+            timeout=self.timeout, logprobs=logprobs, prompt_logprobs=prompt_logprobs, priority=self.priority,
+            truncate_prompt_tokens=self.truncate_prompt_tokens,
+            structured_outputs=structure_of(self), logit_bias=parse_logit_bias(self.logit_bias or {}),
         )
 
     @property
@@ -126,9 +128,11 @@ class CompletionRequest(_GenerationRequest):
             raise ParamError("suffix", "suffix (insertion) is not supported by haltwise")
         if self.best_of is not None and self.best_of != self.n:
             raise ParamError("best_of", "best_of is not supported; use n")
-        if self.echo and self.logprobs is not None:
-            raise ParamError("echo", "echo with logprobs (prompt logprobs) is not supported")
-        params = self.sampling_params(self.max_tokens, self.logprobs)
+        # echo + logprobs: the prompt's tokens come back scored too (the legacy shape lm-evaluation-harness reads)
+        scored = [k for k in (self.prompt_logprobs, self.logprobs if self.echo else None) if k is not None]
+        if self.max_tokens == 0 and not (self.echo and scored):
+            raise ParamError("max_tokens", "max_tokens must be >= 1; 0 (prompt scoring) needs echo with logprobs")
+        params = self.sampling_params(self.max_tokens, self.logprobs, max(scored) if scored else None)
         return resolve_auto(params, [p if isinstance(p, str) else None for p in self.prompts()])
 
     def prompts(self) -> list[str | list[int]]:
@@ -193,6 +197,8 @@ class ChatCompletionRequest(_GenerationRequest):
             raise ParamError("top_logprobs", "top_logprobs requires logprobs to be true")
         logprobs = (self.top_logprobs or 0) if self.logprobs else None
         max_tokens = self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+        if max_tokens == 0:
+            raise ParamError("max_tokens", "max_tokens must be >= 1 (prompt scoring is on /v1/completions)")
         params = replace(self.sampling_params(max_tokens, logprobs), split_reasoning=True,
                          max_reasoning_tokens=reasoning_budget(self.reasoning_effort, self.max_reasoning_tokens))
         return resolve_auto(params, [self.last_user_text()])
