@@ -93,6 +93,9 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: the last one is preempted first
         self.num_preemptions = 0
+        # After allocate_prompt: fills the blocks after the pool's hits from a prompt cache beyond the pool
+        # (engine/prompt_cache/engine_link.py), marking them computed; None = no such cache.
+        self.restore: Callable[[Sequence], None] | None = None
 
     # ---- views --------------------------------------------------------------------------------
     @property
@@ -267,6 +270,8 @@ class Scheduler:
                 break  # waits for a step where it fits whole (or runs alone when larger than the budget)
             order.started(seq)
             self.allocator.allocate_prompt(seq)
+            if self.restore is not None:
+                self.restore(seq)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
             n = seq.num_uncomputed_tokens

@@ -85,7 +85,14 @@ def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> di
     content += tool_use_blocks(result.tool_calls)
     return {"id": rid, "type": "message", "role": "assistant", "model": model, "content": content,
             **_stop_fields(result, tokenizer),
-            "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens}}
+            "usage": {**input_usage(result), "output_tokens": result.completion_tokens}}
+
+
+def input_usage(result: ChatResult) -> dict[str, Any]:
+    """Anthropic's split of the prompt: input_tokens are those computed, cache_read_input_tokens those served
+    from the prompt cache (pool, RAM or disk; haltwise's prompt_cache says which); their sum is the prompt."""
+    return {"input_tokens": result.prompt_tokens - result.cached_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": result.cached_tokens, "prompt_cache": result.cached_by_tier}
 
 
 class MessageEvents:
@@ -152,7 +159,8 @@ class MessageEvents:
         return events + [("message_delta", {"type": "message_delta",
                                             "delta": {"stop_reason": stop["stop_reason"],
                                                       "stop_sequence": stop["stop_sequence"]},
-                                            "usage": {"output_tokens": d.result.completion_tokens},
+                                            "usage": {**input_usage(d.result),
+                                                      "output_tokens": d.result.completion_tokens},
                                             "termination": stop["termination"]}),
                          ("message_stop", {"type": "message_stop"})]
 
