@@ -9,6 +9,7 @@
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
   spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
+  prompt-cache TTFT cold / from the pool / from RAM / from disk of a 2k and an 8k prompt (bench/prompt_cache_bench.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
 
@@ -30,6 +31,8 @@ PROGRAMS = {
     "footprint": ("haltwise.bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise.bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
     "spec": ("haltwise.bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
+    "prompt-cache": ("haltwise.bench.prompt_cache_bench", "TTFT of a 2k and an 8k prompt cold, from the pool, "
+                                                          "from RAM, from disk (llama-server --cache-ram beside)"),
     "kernels": ("haltwise.bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),
 }

@@ -114,7 +114,11 @@ def run(args: argparse.Namespace) -> int:
                                prompt_tiers=tiers)
     if args.chat_template is not None:
         engine.tokenizer.set_chat_template(args.chat_template)
-    return _serve(args, engine)
+    try:
+        return _serve(args, engine)
+    finally:
+        if tiers.disk is not None:   # a graceful stop writes what is queued (bounded: WRITE_QUEUE_BLOCKS)
+            tiers.disk.flush(timeout=30)
 
 
 def _serve(args: argparse.Namespace, engine: Any) -> int:
