@@ -104,3 +104,20 @@ def test_gemma3_window_pool_keeps_the_cache_off_and_answers_unchanged(tmp_path):
         run(engine, other, PARAMS[0], f"o{j}")
     again = run(engine, target, PARAMS[0], "b")
     assert again.num_cached_tokens == 0 and again.outputs[0].token_ids == fresh.outputs[0].token_ids
+
+
+def test_a_different_kv_dtype_or_block_size_on_the_same_directory_is_a_miss(tmp_path):
+    target = prompts(512, 1, PROMPT_BLOCKS * 16 + 5)[0]
+    cfg = EngineConfig(max_model_len=512)
+    first_disk = DiskTier(tmp_path / "pc", 1 << 30)
+    run(build_engine(tiny=True, engine_config=cfg, prompt_tiers=PromptTiers(None, first_disk)), target,
+        PARAMS[0], "a")
+    first_disk.flush()
+    for other in (EngineConfig(max_model_len=512, kv_cache_dtype="int8"), EngineConfig(max_model_len=512,
+                                                                                       block_size=32)):
+        engine = build_engine(tiny=True, engine_config=other,
+                              prompt_tiers=PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
+        out = run(engine, target, PARAMS[0], "b")
+        assert out.num_cached_tokens == 0 and engine.stats().prompt_cache["disk_hit_blocks"] == 0
+    same = build_engine(tiny=True, engine_config=cfg, prompt_tiers=PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
+    assert run(same, target, PARAMS[0], "c").cached_by_tier["disk"] > 0
