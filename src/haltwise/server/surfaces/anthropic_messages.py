@@ -89,10 +89,12 @@ def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> di
 
 
 def input_usage(result: ChatResult) -> dict[str, Any]:
-    """Anthropic's split of the prompt: input_tokens are those computed, cache_read_input_tokens those served
-    from the prompt cache (pool, RAM or disk; haltwise's prompt_cache says which); their sum is the prompt."""
-    return {"input_tokens": result.prompt_tokens - result.cached_tokens, "cache_creation_input_tokens": 0,
-            "cache_read_input_tokens": result.cached_tokens, "prompt_cache": result.cached_by_tier}
+    """input_tokens is the whole prompt here (as count_tokens and message_start say; Anthropic's own API leaves
+    cache reads out of it); cache_read_input_tokens are those of them served from the prompt cache (pool, RAM
+    or disk: haltwise's prompt_cache says which)."""
+    return {"input_tokens": result.prompt_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": result.cached_tokens, "prompt_cache": result.cached_by_tier or
+            {"pool": result.cached_tokens, "ram": 0, "disk": 0}}
 
 
 class MessageEvents:
