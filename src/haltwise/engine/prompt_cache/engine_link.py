@@ -43,7 +43,10 @@ class PromptCacheLink:
             payload = self.cache.load(chain, tier)
             if payload is None:
                 break
-            write_block(self.kv_caches, seq.block_table[first + restored], payload)
+            try:
+                write_block(self.kv_caches, seq.block_table[first + restored], payload)
+            except ValueError:    # not this pool's block size (a namespace collision): a miss, never a crash
+                break
             seq.num_tier_tokens[tier] = seq.num_tier_tokens.get(tier, 0) + self.allocator.block_size
             restored += 1
         if restored:
