@@ -37,7 +37,7 @@ class Server:
         self.url = f"http://127.0.0.1:{self.port}"
         self.proc = subprocess.Popen([sys.executable, "-m", "haltwise.cli", "serve", "--port", str(self.port),
                                       *COMMON, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-        if not wait_until(lambda: self.proc.poll() is not None or self._ready(), 600) or self.proc.poll() is not None:
+        if not wait_until(lambda: self.proc.poll() is not None or self._ready(), 1800) or self.proc.poll() is not None:
             self.proc.kill()
             raise RuntimeError(f"serve did not start:\n{self.proc.communicate()[0][-3000:]}")
 

@@ -13,7 +13,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a = parser.add_argument
     a("--prompt-cache-ram", default="auto", metavar="SIZE",
       help="host RAM for prompt blocks evicted from the KV pool, restored bit-exact instead of prefilled: bytes "
-           f"(2GiB), 0 = off, or auto (default): {RAM_DEFAULT_SHARE:.0%} of available RAM, at most "
+           f"(2GiB), 0 = off, or auto (default): {RAM_DEFAULT_SHARE * 100:.0f}%% of available RAM, at most "
            f"{RAM_DEFAULT_CAP // 2**30} GiB")
     a("--prompt-cache-dir", default=None, metavar="DIR",
       help="also keep prompt blocks on disk in DIR, across restarts (default: off); DIR must be ours and not "

@@ -60,6 +60,10 @@ def test_restart_reads_what_was_written_and_a_smaller_budget_evicts(tmp_path):
     assert len(small) == 2 and dir_bytes(tmp_path) <= 2 * (HEADER + 100)
 
 
+WHY = {"corrupt": "corrupt: checksum", "truncated": "truncated:", "foreign": "foreign:",
+       "other_key_in_header": "foreign:"}
+
+
 def _one_entry(tmp_path: Path) -> tuple[DiskTier, Path]:
     tier = DiskTier(tmp_path, 10_000)
     tier.save(key(1), b"\x01" * 100)
@@ -83,6 +87,7 @@ def test_bad_entries_are_never_loaded_and_are_removed(tmp_path, damage, caplog):
     # both at load (the index says it is there) and at the next start
     assert tier.load(key(1)) is None
     assert not path.exists() and tier.stats.corrupt_skipped == 1 and "removing entry" in caplog.text
+    assert WHY[damage] in caplog.text      # each damage caught by its own check
     path.write_bytes(bytes(data))
     restarted = DiskTier(tmp_path, 10_000)
     assert restarted.load(key(1)) is None and not path.exists() and restarted.stats.corrupt_skipped == 1

@@ -17,6 +17,8 @@ from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
 from haltwise.engine.prompt_cache import DiskTier, PromptTiers, RamTier
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
+from haltwise.engine.window_blocks import window_pool_blocks
+from haltwise.tools.model_args import read_model_config
 from tests.engine.test_determinism_real import default_config
 from tests.models.real_models import real_model_path
 
@@ -43,25 +45,30 @@ def prompts(vocab: int, n: int, length: int) -> list[list[int]]:
 
 
 def check_restores(build, tmp_path, prompt_len: int, others: list[list[int]], target: list[int]):
-    """build(tiers) -> engine. Asserts RAM and disk restores give the fresh prefill's tokens."""
+    """build(tiers) -> engine. Asserts RAM and disk restores give the fresh prefill's tokens (two engine builds:
+    a real model's build plans and verifies its kernels, minutes on a busy host)."""
     disk = DiskTier(tmp_path / "pc", 1 << 30)
     engine = build(PromptTiers(RamTier(1 << 30), disk))
+    fresh = {}
     for i, params in enumerate(PARAMS):
-        fresh = run(engine, target, params, f"fresh{i}")
-        assert fresh.num_cached_tokens == 0 or i > 0
+        fresh[i] = run(engine, target, params, f"fresh{i}")
+        assert fresh[i].num_cached_tokens == 0 or i > 0
         for j, other in enumerate(others):
             run(engine, other, params, f"other{i}.{j}")
         again = run(engine, target, params, f"again{i}")
         assert again.cached_by_tier["ram"] > 0, again.cached_by_tier
-        assert again.outputs[0].token_ids == fresh.outputs[0].token_ids, f"restored from RAM differs ({params})"
-        disk.flush()
-        restarted = build(PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
-        cold = run(restarted, target, params, f"disk{i}")
-        assert cold.cached_by_tier["disk"] == (prompt_len - 1) // 16 * 16, cold.cached_by_tier
-        assert cold.outputs[0].token_ids == fresh.outputs[0].token_ids, f"restored from disk differs ({params})"
-        del restarted
+        assert again.outputs[0].token_ids == fresh[i].outputs[0].token_ids, f"restored from RAM differs ({params})"
     stats = engine.stats().prompt_cache
     assert stats["ram_hit_blocks"] > 0 and stats["disk_saved_bytes"] > 0
+    disk.flush()
+    del engine
+    restarted = build(PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
+    for i, params in enumerate(PARAMS):
+        cold = run(restarted, target, params, f"disk{i}")
+        assert cold.cached_by_tier["disk"] == (prompt_len - 1) // 16 * 16, cold.cached_by_tier
+        assert cold.outputs[0].token_ids == fresh[i].outputs[0].token_ids, f"restored from disk differs ({params})"
+        restarted.allocator.reset_prefix_cache()     # the next params restore from disk again
+    assert restarted.stats().prompt_cache["disk_hit_blocks"] > 0
 
 
 def test_tiny_float32_restores_exactly(tmp_path):
@@ -74,10 +81,13 @@ def test_tiny_float32_restores_exactly(tmp_path):
 
 def _real(name: str, *flags: str):
     model = None if name == "smollm2-135m" else str(real_model_path(name))
-    probe = build_engine(model, default_config(*flags))
-    pool = 3 * PROMPT_BLOCKS * 16 * probe.budget.bytes_per_token + probe.budget.window_bytes
-    vocab = probe.model_config.vocab_size
-    del probe
+    config = read_model_config(model)[1]
+    kv_dtype = default_config(*flags).kv_dtype
+    pool = 3 * PROMPT_BLOCKS * 16 * config.kv_bytes_per_token(kv_dtype)
+    if config.num_sliding_layers and "--swa-full" not in flags:      # the sliding layers' own pool comes first
+        pool += window_pool_blocks(config, default_config(*flags), 512) * 16 * config.kv_bytes_per_token(
+            kv_dtype, config.num_sliding_layers)
+    vocab = config.vocab_size
     cfg = default_config("--kv-cache-memory", str(pool), "--max-model-len", "512", *flags)
     return (lambda tiers: build_engine(model, cfg, prompt_tiers=tiers)), vocab
 
@@ -119,5 +129,6 @@ def test_a_different_kv_dtype_or_block_size_on_the_same_directory_is_a_miss(tmp_
                               prompt_tiers=PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
         out = run(engine, target, PARAMS[0], "b")
         assert out.num_cached_tokens == 0 and engine.stats().prompt_cache["disk_hit_blocks"] == 0
-    same = build_engine(tiny=True, engine_config=cfg, prompt_tiers=PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
+    same = build_engine(tiny=True, engine_config=cfg,
+                        prompt_tiers=PromptTiers(None, DiskTier(tmp_path / "pc", 1 << 30)))
     assert run(same, target, PARAMS[0], "c").cached_by_tier["disk"] > 0

@@ -6,11 +6,12 @@ from hypothesis import given, settings, strategies as st
 from haltwise.engine.prompt_cache.ram_tier import RamTier
 
 NS = b"n" * 32
-ops = st.lists(st.tuples(st.sampled_from(["save", "load"]), st.integers(0, 7), st.integers(0, 40)), max_size=60)
+# small sizes against a small budget: the boundaries (exactly full, one byte over) come up often
+ops = st.lists(st.tuples(st.sampled_from(["save", "load"]), st.integers(0, 7), st.integers(0, 12)), max_size=60)
 
 
-@settings(max_examples=200, deadline=None)
-@given(budget=st.integers(0, 100), ops=ops)
+@settings(max_examples=300, deadline=None)
+@given(budget=st.integers(0, 30), ops=ops)
 def test_lru_bookkeeping_matches_a_model(budget, ops):
     tier = RamTier(budget)
     model: list[tuple[int, int]] = []     # (key, size), least recently used first
