@@ -44,10 +44,10 @@ def _tokens(model: str | None, text_file: str | None, lengths: list[int]) -> tup
     from haltwise.tokenizer.tokenizer import Tokenizer
 
     files = [Path(text_file)] if text_file else sorted(LONGTEXT.glob("*.txt"))
+    tokenizer = Tokenizer.from_gguf(resolve_model(model))
     ids = []
     for f in files:
-        ids += Tokenizer.from_gguf(resolve_model(model)).encode(f.read_text(errors="replace"),
-                                                                add_special_tokens=False)
+        ids += tokenizer.encode(f.read_text(errors="replace"), add_special_tokens=False)
     need = sum(lengths) + max(lengths)
     if len(ids) < need:
         raise SystemExit(f"the text gives {len(ids)} tokens, {need} are needed")
