@@ -25,8 +25,12 @@ $(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 
 setup: $(STAMP)
 
+# The prompt cache's disk tier beside the plan and kernel caches: `make serve` is the local, restart-often
+# path, where a long prompt prefilled before a restart is worth keeping (docs/prompt-cache.md).
+PROMPT_CACHE_DIR ?= $(HOME)/.cache/haltwise/prompt-cache
+
 serve: $(STAMP)
-	$(BIN)/haltwise serve --host $(HOST) --port $(PORT)
+	$(BIN)/haltwise serve --host $(HOST) --port $(PORT) --prompt-cache-dir $(PROMPT_CACHE_DIR)
 
 test: $(STAMP) browser
 	$(BIN)/python -m haltwise.models.catalog --installed

@@ -12,6 +12,7 @@
   floor        single-stream decode against this host's memory-bandwidth floor, speculation off and on (floor.py)
   longprompt   time to first token of 8k/16k prompts and the token gaps of decodes beside them
                (bench/long_prompt.py)
+  prompt-cache TTFT cold / from the pool / from RAM / from disk of a 2k and an 8k prompt (prompt_cache_bench.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
 
@@ -37,6 +38,8 @@ PROGRAMS = {
                                       "(bytes a token / measured bandwidth), speculation off and on"),
     "longprompt": ("haltwise_bench.long_prompt", "TTFT of long prompts and the token gaps of decode streams "
                                                  "beside that prefill (--server-src: before/after)"),
+    "prompt-cache": ("haltwise_bench.prompt_cache_bench", "TTFT of a 2k and an 8k prompt cold, from the pool, "
+                                                          "from RAM, from disk (llama-server --cache-ram beside)"),
     "kernels": ("haltwise_bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),
 }

@@ -73,12 +73,13 @@ class AsyncEngine:
     @classmethod
     def build(cls, model: str | None = None, engine_config: EngineConfig | None = None,
               rope_scaling: dict | None = None, default_timeout: float | None = None, tiny: bool = False,
-              watchdog_s: float = 30.0, breaker_threshold: int = 3, breaker_cooldown_s: float = 5.0) -> "AsyncEngine":
+              watchdog_s: float = 30.0, breaker_threshold: int = 3, breaker_cooldown_s: float = 5.0,
+              prompt_tiers=None) -> "AsyncEngine":
         from haltwise.engine.factory import build_engine
 
         torch_thread = TorchThread()  # the model is loaded on the thread that will step it (see torch_thread.py)
         engine = torch_thread.call(build_engine, model, engine_config, rope_scaling=rope_scaling,
-                                   default_timeout=default_timeout, tiny=tiny)
+                                   default_timeout=default_timeout, tiny=tiny, prompt_tiers=prompt_tiers)
         return cls(engine, watchdog_s, CircuitBreaker(breaker_threshold, breaker_cooldown_s), torch_thread)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------

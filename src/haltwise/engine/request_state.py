@@ -161,6 +161,7 @@ class RequestState:
             outputs=[s.take_update() for s in self.seqs],
             num_truncated_prompt_tokens=self.num_truncated_prompt_tokens,
             num_cached_tokens=self.seqs[0].seq.num_cached_tokens,
+            num_tier_tokens=dict(self.seqs[0].seq.num_tier_tokens),
             first_token_latency=(min(first) - arrival) if first else None,
             queue_time=(min(started) - arrival) if started else None,
             latency=(max(finish) - arrival) if self.finished and finish else None,

@@ -106,6 +106,9 @@ class Scheduler:
         self._running: list[Sequence] = []  # admission order: the last one is preempted first
         self.num_preemptions = 0
         self.num_steps = 0                  # schedule() calls so far: the clock of priority aging
+        # After allocate_prompt: fills the blocks after the pool's hits from a prompt cache beyond the pool
+        # (engine/prompt_cache/engine_link.py), marking them computed; None = no such cache.
+        self.restore: Callable[[Sequence], None] | None = None
 
     # ---- views --------------------------------------------------------------------------------
     @property
@@ -305,6 +308,8 @@ class Scheduler:
             if seq.first_scheduled_time is None:
                 seq.first_scheduled_time = time.monotonic()
             self.allocator.allocate_prompt(seq)
+            if self.restore is not None:
+                self.restore(seq)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
             n = seq.num_uncomputed_tokens

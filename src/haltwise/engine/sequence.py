@@ -35,7 +35,8 @@ class Sequence:
     deadline: float | None = None         # monotonic time after which the system layer ends it
     token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
-    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
+    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache (pool and tiers)
+    num_tier_tokens: dict[str, int] = field(default_factory=dict)   # of which restored per tier (ram, disk)
     block_table: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     termination: Termination | None = None

@@ -57,6 +57,7 @@ class ChatResult:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    cached_by_tier: dict[str, int] = field(default_factory=dict)   # {pool, ram, disk} (RequestOutput.cached_by_tier)
     tool_calls: list[dict[str, Any]] | None = None
     reasoning: str = ""
     reasoning_tokens: int = 0
@@ -88,7 +89,8 @@ def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: 
         message = chat_message(tools, o.text, rid, 0)
         text, calls = message["content"] or "", message.get("tool_calls")
     return ChatResult(text=text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
-                      completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens, tool_calls=calls,
+                      completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens,
+                      cached_by_tier=out.cached_by_tier, tool_calls=calls,
                       reasoning=o.reasoning_text, reasoning_tokens=o.num_reasoning_tokens)
 
 

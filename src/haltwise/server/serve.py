@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from haltwise.memory_size import parse_memory
-from haltwise.server import connections, limits, secrets, tracing
+from haltwise.server import connections, limits, prompt_cache_args, secrets, tracing
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
@@ -46,6 +46,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--docs", action="store_true", help="serve /docs and /redoc (they load Swagger UI from a CDN)")
     connections.add_arguments(parser)
     limits.add_arguments(parser)
+    prompt_cache_args.add_arguments(parser)
     a("--max-concurrent-per-client", type=int, default=None, metavar="N",
       help="requests in flight per client (its API key, else its address) before 429 + Retry-After (default: off)")
     a("--default-timeout", type=float, default=None, help="seconds per request unless it sets `timeout`")
@@ -104,15 +105,27 @@ def run(args: argparse.Namespace) -> int:
     except SystemExit as exc:
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    args.prompt_cache = prompt_cache_args.settings_from(args, args.no_prefix_caching)
+    print(f"haltwise: {args.prompt_cache.describe()}", flush=True)
     if args.replicas or args.ray_address:
         from haltwise.cluster.launch import serve_cluster
 
         return serve_cluster(args, _serve)
+    try:
+        tiers = args.prompt_cache.open()
+    except ValueError as exc:     # an untrusted --prompt-cache-dir
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
-                               default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog)
+                               default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog,
+                               prompt_tiers=tiers)
     if args.chat_template is not None:
         engine.tokenizer.set_chat_template(args.chat_template)
-    return _serve(args, engine)
+    try:
+        return _serve(args, engine)
+    finally:
+        if tiers.disk is not None:   # a graceful stop writes what is queued (bounded: WRITE_QUEUE_BLOCKS)
+            tiers.disk.flush(timeout=30)
 
 
 def _serve(args: argparse.Namespace, engine: Any) -> int:

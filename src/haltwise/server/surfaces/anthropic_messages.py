@@ -86,7 +86,16 @@ def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> di
     content += tool_use_blocks(result.tool_calls)
     return {"id": rid, "type": "message", "role": "assistant", "model": model, "content": content,
             **_stop_fields(result, tokenizer),
-            "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens}}
+            "usage": {**input_usage(result), "output_tokens": result.completion_tokens}}
+
+
+def input_usage(result: ChatResult) -> dict[str, Any]:
+    """input_tokens is the whole prompt here (as count_tokens and message_start say; Anthropic's own API leaves
+    cache reads out of it); cache_read_input_tokens are those of them served from the prompt cache (pool, RAM
+    or disk: haltwise's prompt_cache says which)."""
+    return {"input_tokens": result.prompt_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": result.cached_tokens, "prompt_cache": result.cached_by_tier or
+            {"pool": result.cached_tokens, "ram": 0, "disk": 0}}
 
 
 class MessageEvents:
@@ -153,7 +162,8 @@ class MessageEvents:
         return events + [("message_delta", {"type": "message_delta",
                                             "delta": {"stop_reason": stop["stop_reason"],
                                                       "stop_sequence": stop["stop_sequence"]},
-                                            "usage": {"output_tokens": d.result.completion_tokens},
+                                            "usage": {**input_usage(d.result),
+                                                      "output_tokens": d.result.completion_tokens},
                                             "termination": stop["termination"]}),
                          ("message_stop", {"type": "message_stop"})]
 

@@ -19,11 +19,21 @@ def usage(outs: list[RequestOutput]) -> dict[str, Any]:
     prompt = sum(len(o.prompt_token_ids) for o in outs)
     completion = sum(len(c.token_ids) for o in outs for c in o.outputs)
     body = {"prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
-            "prompt_tokens_details": {"cached_tokens": sum(o.num_cached_tokens for o in outs)}}
+            "prompt_tokens_details": {"cached_tokens": sum(o.num_cached_tokens for o in outs)},
+            "prompt_cache": tier_totals(outs)}
     reasoning = sum(c.num_reasoning_tokens for o in outs for c in o.outputs)
     if reasoning:   # completion_tokens counts them too (and the think tags), as OpenAI and vLLM do
         body["completion_tokens_details"] = {"reasoning_tokens": reasoning}
     return body
+
+
+def tier_totals(outs: list[RequestOutput]) -> dict[str, int]:
+    """usage.prompt_cache: which tier served the cached prompt tokens, {pool, ram, disk} (haltwise's field)."""
+    totals = {"pool": 0, "ram": 0, "disk": 0}
+    for out in outs:
+        for tier, tokens in out.cached_by_tier.items():
+            totals[tier] += tokens
+    return totals
 
 
 def end_fields(o: CompletionOutput, out: RequestOutput) -> dict[str, Any]:

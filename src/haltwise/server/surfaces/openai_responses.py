@@ -78,7 +78,8 @@ class ResponseBuilder:
             "input_tokens": result.prompt_tokens, "input_tokens_details": {"cached_tokens": result.cached_tokens},
             "output_tokens": result.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+            "prompt_cache": result.cached_by_tier}
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "model": self.model, "output": output, "output_text": "".join(texts), "usage": usage,
                 "incomplete_details": {"reason": incomplete} if incomplete else None, "error": error,
