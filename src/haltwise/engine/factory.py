@@ -11,6 +11,7 @@ from typing import Any, Callable
 import torch
 
 from haltwise.config import EngineConfig, ModelConfig
+from haltwise.engine.draft_build import build_draft
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.freed_memory import keep_freed_memory
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
@@ -61,7 +62,9 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
         max_len = config.max_model_len or model_config.max_position_embeddings
         config = _size_kv(config, model_config, max_len)
         plan = _plan(net, None, config, tokenizer) if config.dtype == "auto" else None
-        engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout)
+        draft = _draft(config, None, net, model_config, tokenizer, tiny=True)
+        engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout,
+                           draft=draft)
         engine.kernel_plan = plan
         return engine
     start = time.perf_counter()
@@ -84,9 +87,10 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
             if config.dtype == "auto" else None)
     if loaded.mapped:    # the plan copied the blocks it runs: the file's pages need not stay counted twice
         open_gguf(loaded.path).drop_resident_pages()
+    draft = _draft(config, model, loaded.model, loaded.config, tokenizer)
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout,
-                       kv_caches=kv_caches, kv_commit=commit)
+                       kv_caches=kv_caches, kv_commit=commit, draft=draft)
     # Returned once any request it admits can start: the blocks of one longest sequence are committed; the
     # rest of the pool becomes usable as it commits (pool_growth.py).
     wait_start = time.perf_counter()
@@ -103,6 +107,18 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     gc.collect()
     gc.freeze()
     return engine
+
+
+def _draft(config: EngineConfig, target, net: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer,
+           tiny: bool = False):
+    """The draft model of config.draft_model (engine/draft_build.py), planned like the target; the step
+    threads are then set back for the target's stack."""
+    draft = build_draft(config.draft_model, target, config, net, model_config, tokenizer,
+                        lambda m, path, tok: _plan(m, path, config, tok), tiny=tiny)
+    if draft is not None:
+        native = getattr(net.model, "native_decode", None)
+        set_step_threads(engine_threads(config), native_every_step=bool(native and native.every_step))
+    return draft
 
 
 def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> EngineConfig:
