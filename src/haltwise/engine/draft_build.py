@@ -46,9 +46,7 @@ def attach_draft(model: torch.nn.Module, config: ModelConfig, tokenizer: Tokeniz
                  engine_config: EngineConfig, target_tokenizer: Tokenizer, target_config: ModelConfig,
                  max_model_len: int) -> DraftModel:
     """A DraftModel for an already planned draft `model` (raises DraftModelError for another vocabulary)."""
-    if why := vocabulary_mismatch(target_tokenizer, tokenizer):
-        raise DraftModelError(f"draft model {name} cannot draft for this model: its vocabulary differs ({why}); "
-                              "a draft model must share the target's tokenizer id for id")
+    _refuse_other_vocabulary(name, target_tokenizer, tokenizer)
     block_size = engine_config.block_size
     pool_tokens = min(DRAFT_POOL_TOKENS, max_model_len * engine_config.max_num_seqs)
     blocks = -(-pool_tokens // block_size)
@@ -59,12 +57,26 @@ def attach_draft(model: torch.nn.Module, config: ModelConfig, tokenizer: Tokeniz
                       max_model_len, info)
 
 
-def build_draft(spec: str | None, target: str | Path | None, engine_config: EngineConfig,
-                target_model: torch.nn.Module, target_config: ModelConfig, target_tokenizer: Tokenizer,
-                plan: Callable, tiny: bool = False) -> DraftModel | None:
-    """Load, plan and attach the draft named by spec (resolve_draft), or None: none asked, or speculation
-    cannot run on this engine (then nothing is loaded). plan(model, path, tokenizer) plans its linears."""
+def check_draft(spec: str | None, target: str | Path | None, target_tokenizer: Tokenizer,
+                tiny: bool = False) -> str | None:
+    """The draft model to load (resolve_draft), its vocabulary checked against the target's from its file
+    alone (before any costly load or plan); raises DraftModelError for another vocabulary."""
     name = resolve_draft(spec, target)
+    if name is None or tiny:
+        return name
+    from haltwise.models.catalog import resolve_model
+
+    path = resolve_model(name)
+    tokenizer = Tokenizer.from_hf_dir(path) if path.is_dir() else Tokenizer.from_gguf(path)
+    _refuse_other_vocabulary(name, target_tokenizer, tokenizer)
+    return name
+
+
+def build_draft(name: str | None, engine_config: EngineConfig, target_model: torch.nn.Module,
+                target_config: ModelConfig, target_tokenizer: Tokenizer, plan: Callable,
+                tiny: bool = False) -> DraftModel | None:
+    """Load, plan and attach draft model `name` (check_draft's answer), or None: none asked, or speculation
+    cannot run on this engine (then nothing is loaded). plan(model, path, tokenizer) plans its linears."""
     if name is None:
         return None
     if why := speculation_unsupported(target_config, target_model):
@@ -81,9 +93,7 @@ def build_draft(spec: str | None, target: str | Path | None, engine_config: Engi
         loaded = load_model(name, dtype=weights_dtype, mapped=engine_config.dtype == "auto")
         tokenizer = (Tokenizer.from_gguf(loaded.path) if loaded.format == "gguf"
                      else Tokenizer.from_hf_dir(loaded.path))
-        if why := vocabulary_mismatch(target_tokenizer, tokenizer):   # before the costly plan
-            raise DraftModelError(f"draft model {name} cannot draft for this model: its vocabulary differs "
-                                  f"({why}); a draft model must share the target's tokenizer id for id")
+        _refuse_other_vocabulary(name, target_tokenizer, tokenizer)
         model, config, length = loaded.model, loaded.config, loaded.max_model_len
         plan(model, loaded.path, tokenizer)
         if loaded.mapped:
@@ -91,6 +101,12 @@ def build_draft(spec: str | None, target: str | Path | None, engine_config: Engi
     draft = attach_draft(model, config, tokenizer, name, engine_config, target_tokenizer, target_config, length)
     log.info("%s", draft.describe())
     return draft
+
+
+def _refuse_other_vocabulary(name: str, target: Tokenizer, draft: Tokenizer) -> None:
+    if why := vocabulary_mismatch(target, draft):
+        raise DraftModelError(f"draft model {name} cannot draft for this model: its vocabulary differs ({why}); "
+                              "a draft model must share the target's tokenizer id for id")
 
 
 def _tiny_draft(name: str, target_tokenizer: Tokenizer, engine_config: EngineConfig):

@@ -11,7 +11,7 @@ from typing import Any, Callable
 import torch
 
 from haltwise.config import EngineConfig, ModelConfig
-from haltwise.engine.draft_build import build_draft
+from haltwise.engine.draft_build import build_draft, check_draft
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.freed_memory import keep_freed_memory
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
@@ -62,7 +62,8 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
         max_len = config.max_model_len or model_config.max_position_embeddings
         config = _size_kv(config, model_config, max_len)
         plan = _plan(net, None, config, tokenizer) if config.dtype == "auto" else None
-        draft = _draft(config, None, net, model_config, tokenizer, tiny=True)
+        draft = _draft(config, check_draft(config.draft_model, None, tokenizer, tiny=True), net, model_config, tokenizer,
+                       tiny=True)
         engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout,
                            draft=draft)
         engine.kernel_plan = plan
@@ -83,11 +84,12 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     tokenizer = Tokenizer.from_gguf(loaded.path) if loaded.format == "gguf" else Tokenizer.from_hf_dir(loaded.path)
     log.info("loaded %s in %.2fs (tokenizer %.2fs)", loaded.path, time.perf_counter() - start,
              time.perf_counter() - tok_start)
+    draft_name = check_draft(config.draft_model, model, tokenizer)   # a wrong vocabulary fails before the plan
     plan = (_plan(loaded.model, loaded.path, config, tokenizer, before_timing=commit.wait)
             if config.dtype == "auto" else None)
     if loaded.mapped:    # the plan copied the blocks it runs: the file's pages need not stay counted twice
         open_gguf(loaded.path).drop_resident_pages()
-    draft = _draft(config, model, loaded.model, loaded.config, tokenizer)
+    draft = _draft(config, draft_name, loaded.model, loaded.config, tokenizer)
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout,
                        kv_caches=kv_caches, kv_commit=commit, draft=draft)
@@ -109,11 +111,11 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     return engine
 
 
-def _draft(config: EngineConfig, target, net: torch.nn.Module, model_config: ModelConfig, tokenizer: Tokenizer,
-           tiny: bool = False):
-    """The draft model of config.draft_model (engine/draft_build.py), planned like the target; the step
-    threads are then set back for the target's stack."""
-    draft = build_draft(config.draft_model, target, config, net, model_config, tokenizer,
+def _draft(config: EngineConfig, name: str | None, net: torch.nn.Module, model_config: ModelConfig,
+           tokenizer: Tokenizer, tiny: bool = False):
+    """Draft model `name` (engine/draft_build.py), planned like the target; the step threads are then set
+    back for the target's stack."""
+    draft = build_draft(name, config, net, model_config, tokenizer,
                         lambda m, path, tok: _plan(m, path, config, tok), tiny=tiny)
     if draft is not None:
         native = getattr(net.model, "native_decode", None)
