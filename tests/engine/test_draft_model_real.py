@@ -53,3 +53,31 @@ def test_qwen_05b_drafts_for_15b_exactly():
     assert engine.speculator.num_model_accepted > 0
     draft = engine.speculator.draft
     assert draft.blocks.num_free_blocks == draft.blocks.num_blocks
+
+
+@pytest.mark.timeout(3600)
+def test_determinism_probe_with_the_draft_on():
+    """SPEC §11 with the draft model drafting in every step (--speculative-max-batch none): the same greedy
+    and seeded request gives the same tokens alone, again (a prefix-cache hit), beside 1, 3 and 7 others,
+    and joining while they decode -- and the tokens of decoding without any speculation."""
+    from tests.engine.test_determinism_real import NO_LOOPS, OTHERS, TARGET, run
+
+    real_model_path("qwen2.5-coder-1.5b")
+    real_model_path("qwen2.5-coder-0.5b")
+    engine = build_engine("qwen2.5-coder-1.5b", default_config("--draft-model", "qwen2.5-coder-0.5b",
+                                                               "--speculative-max-batch", "none"))
+    encode = engine.tokenizer.encode
+    prompts = [encode(TARGET)] + [encode(p) for p in OTHERS]
+    for params in (SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True, repetition_detection=NO_LOOPS),
+                   SamplingParams(temperature=0.8, top_p=0.95, seed=1, max_tokens=16, ignore_eos=True,
+                                  repetition_detection=NO_LOOPS)):
+        engine.speculator.use_draft = False
+        engine.speculator.num_tokens = 0
+        plain = run(engine, prompts[:1], params)[0]
+        engine.speculator.use_draft = True
+        assert run(engine, prompts[:1], params)[0] == plain, "alone, with the draft"
+        assert run(engine, prompts[:1], params)[0] == plain, "a repeat (prefix-cache hit)"
+        for k in (1, 3, 7):
+            assert run(engine, prompts[:1 + k], params)[0] == plain, f"beside {k} others"
+        assert run(engine, prompts, params, join_after=3)[0] == plain, "joining beside decoding requests"
+    assert engine.speculator.num_model_accepted > 0
