@@ -147,4 +147,5 @@ def test_both_pools_all_free_after_finish_abort_and_preemption():
 def test_no_draft_model_where_speculation_cannot_run():
     eng = build_engine(engine_config=EngineConfig(dtype="float32", kv_cache_memory=4 * 2**20, draft_model="tiny"),
                        tiny=True)
+    assert eng.draft is None, "not even loaded"
     assert eng.speculator.draft is None and not eng.speculator.use_draft
