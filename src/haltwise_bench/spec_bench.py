@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
     from haltwise.engine.factory import build_engine
 
     config = replace(engine_config_from(args), speculative_tokens=max(args.ks, default=0))
-    engine = build_engine(args.model, config)
+    engine = build_engine(args.model, config, tiny=args.tiny)
     if not engine.speculator.active:
         print("speculation cannot run on this engine (see the log): use the default --dtype auto", file=sys.stderr)
         return 1
