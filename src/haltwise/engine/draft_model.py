@@ -76,7 +76,10 @@ class DraftModel:
             pick = SamplingRow(params, row.prompt_token_ids, row.output_token_ids + drafts, row.masked_token_ids,
                                generator)
             drafts.append(self.sampler(logits, [pick]).token_ids[0])
-            state.tokens = ids[:len(ids)]   # KV now holds every position of ids
+            if j == 0:   # KV now holds every position of ids
+                state.tokens = list(ids)
+            else:
+                state.tokens.append(ids[-1])
             if j + 1 < k:
                 start = len(ids)
                 ids.append(drafts[-1])
