@@ -65,7 +65,8 @@ class LLMEngine:
                  default_timeout: float | None = None,
                  kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
                  kv_commit: PageCommit | None = None, draft=None):
-        """draft: a DraftModel (engine/draft_model.py) proposing speculative drafts, or None. kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
+        """draft: a DraftModel (engine/draft_model.py) proposing speculative drafts, or None.
+        kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
         here. kv_commit: the PageCommit committing kv_caches' pages, whose blocks become usable as they are
         committed (pool_growth.py); None: kv_caches is committed already."""
         self.model_config = model_config

@@ -2,9 +2,10 @@
 
 Drafts. With a draft model (--draft-model; engine/draft_model.py) the draft model proposes for every
 sequence it can hold, its draft length adapting per sequence (DraftLength); prompt lookup then drafts only
-for a sequence the draft model cannot hold (longer than its pool or window). Without one, a running decode sequence whose last n tokens (n = MAX_NGRAM down to MIN_NGRAM) occurred earlier
-in its prompt + output proposes the up-to-K tokens that followed the most recent such occurrence
-(PromptLookup: an incremental index, O(MAX_NGRAM) work per new token, none per lookup beyond a dict get).
+for a sequence the draft model cannot hold (longer than its pool or window). Without one, a running
+decode sequence whose last n tokens (n = MAX_NGRAM down to MIN_NGRAM) occurred earlier in its prompt +
+output proposes the up-to-K tokens that followed the most recent such occurrence (PromptLookup: an
+incremental index, O(MAX_NGRAM) work per new token, none per lookup beyond a dict get).
 
 Verification. The scheduler gives such a sequence 1 + k new positions (its last token and k drafts, like
 a chunk; drafts come last, from what budget and free blocks remain after every other sequence: they never
