@@ -19,6 +19,9 @@ SCHEDULING_POLICIES = ("fcfs", "priority")   # engine/priority.py
 # takes to fit one full-length sequence.
 KV_AUTO_FRACTION = 0.10
 KV_AUTO_MAX_FRACTION = 0.50
+# --draft-model's default: "none" (off) until it measures a win in natural chat on the target host;
+# "auto" would take the catalog's pairing (models/catalog.py: qwen2.5-coder-1.5b -> qwen2.5-coder-0.5b).
+DEFAULT_DRAFT_MODEL = "none"
 
 
 @dataclass(frozen=True)
@@ -110,6 +113,11 @@ class EngineConfig:
     # bound by reading the weights and its draft rows come almost free. As vLLM's
     # speculative_disable_by_batch_size; 1 measured best on all three catalog models here (README).
     speculative_max_batch: int | None = 1
+    # Draft-model speculative decoding (engine/draft_model.py): a smaller model with the same vocabulary
+    # proposes drafts the target verifies (exact, as prompt lookup). A catalog name or a path; "auto": the
+    # draft the catalog pairs with the model, when its packages are installed; None / "none": off.
+    draft_model: str | None = DEFAULT_DRAFT_MODEL
+    draft_max_tokens: int = 8           # the draft model's longest draft (its length adapts below this)
     # Sliding-window layers keep every position (and the prefix cache stays on) instead of only their
     # window in a pool of their own (engine/window_blocks.py); as llama.cpp's --swa-full.
     swa_full: bool = False
@@ -139,6 +147,8 @@ class EngineConfig:
             raise ValueError(f"step_target_s must be >= 0, got {self.step_target_s}")
         if self.speculative_tokens < 0:
             raise ValueError(f"speculative_tokens must be >= 0, got {self.speculative_tokens}")
+        if self.draft_max_tokens < 1:
+            raise ValueError(f"draft_max_tokens must be >= 1, got {self.draft_max_tokens}")
         if self.speculative_max_batch is not None and self.speculative_max_batch < 1:
             raise ValueError(f"speculative_max_batch must be >= 1 or None, got {self.speculative_max_batch}")
         if self.scheduling_policy not in SCHEDULING_POLICIES:

@@ -1,4 +1,4 @@
-"""`haltwise bench spec`: prompt-lookup speculative decoding off vs on, same engine, same run.
+"""`haltwise bench spec`: speculative decoding off vs on (prompt lookup, a draft model), same engine, same run.
 
 One engine with the default flags (whatever other model options are given). Each prompt is a chat
 request, greedy, --max-tokens new tokens; every round runs it with speculation off and with each K of
@@ -6,6 +6,10 @@ request, greedy, --max-tokens new tokens; every round runs it with speculation o
 produce the same tokens (checked: a mismatch is reported as an error). Reported per prompt set (echo:
 edit this code, JSON rewrite, quote-and-answer; plain: ordinary chat): decode tok/s (tokens after the
 first / time after the first), the ratio on / off, and the acceptance rate (accepted / drafted).
+
+--draft-model NAME adds a setting where the draft model drafts (prompt lookup off), beside off and
+each K; its row's acceptance is the draft model's. `--sets chat` runs six everyday chat prompts whose
+answers end by themselves (raise --max-tokens so they do) -- the natural-chat figure.
 
 --concurrency N submits each prompt N times at once (N sequences in every step, as N clients would):
 tok/s is then the tokens all N requests decode after the last of them has its first token, over that time.
@@ -43,13 +47,25 @@ PROMPTS = {
         "Give me three tips for learning a new language.",
         "Explain what a black hole is to a ten year old.",
     ],
+    "chat": [
+        "What is the capital of France?",
+        "How do I boil an egg so the yolk stays soft?",
+        "Write a Python function that checks whether a string is a palindrome.",
+        "What are the main differences between a list and a tuple in Python?",
+        "Suggest a name for a small bakery and explain why in one sentence.",
+        "Summarise the plot of Romeo and Juliet in three sentences.",
+    ],
 }
+DRAFT = "draft"   # the setting where the draft model drafts
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     add_model_arguments(parser)
-    parser.add_argument("--speculative-k", type=int, nargs="+", default=[2, 4, 8], dest="ks",
-                        help="draft lengths K to compare with off (default 2 4 8)")
+    parser.add_argument("--speculative-k", type=int, nargs="*", default=[2, 4, 8], dest="ks",
+                        help="prompt-lookup draft lengths K to compare with off (default 2 4 8; none: no "
+                             "prompt-lookup settings)")
+    parser.add_argument("--sets", nargs="+", choices=list(PROMPTS), default=["echo", "plain"],
+                        help="prompt sets to run (default echo plain; chat: natural chat, answers that end)")
     parser.add_argument("--max-batch", nargs="+", type=batch_limit, default=None, dest="limits",
                         help="speculative_max_batch values to compare for each K (a count or 'none'; "
                              "default: the engine's)")
@@ -59,12 +75,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", default=None, help="also write the results to this JSON file")
 
 
-def _generate(engine, prompt: list[int], k: int, max_tokens: int,
+def _generate(engine, prompt: list[int], k: int | str, max_tokens: int,
               copies: int) -> tuple[list[int], int, float, int, int]:
-    """(the first copy's tokens, tokens decoded, their seconds, drafted, accepted) with K = k and `copies`
-    copies of the prompt at once. The clock starts once every copy has its first token (so prefill is not
-    counted) and tokens decoded are those after that moment."""
-    engine.speculator.num_tokens = k
+    """(the first copy's tokens, tokens decoded, their seconds, drafted, accepted) with K = k (DRAFT: the
+    draft model) and `copies` copies of the prompt at once. The clock starts once every copy has its first
+    token (so prefill is not counted) and tokens decoded are those after that moment."""
+    engine.speculator.num_tokens = 0 if k == DRAFT else k
+    engine.speculator.use_draft = k == DRAFT
     drafted, accepted = engine.speculator.num_drafted, engine.speculator.num_accepted
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens,
                             repetition_detection=RepetitionDetection(enabled=False))
@@ -91,15 +108,16 @@ def _generate(engine, prompt: list[int], k: int, max_tokens: int,
 def run(args: argparse.Namespace) -> int:
     from haltwise.engine.factory import build_engine
 
-    config = replace(engine_config_from(args), speculative_tokens=max(args.ks))
-    engine = build_engine(args.model, config)
-    if engine.speculator.num_tokens == 0:
+    config = replace(engine_config_from(args), speculative_tokens=max(args.ks, default=0))
+    engine = build_engine(args.model, config, tiny=args.tiny)
+    if not engine.speculator.active:
         print("speculation cannot run on this engine (see the log): use the default --dtype auto", file=sys.stderr)
         return 1
     print(engine.describe(), file=sys.stderr)
-    prompts = {name: [_encode(engine.tokenizer, p) for p in texts] for name, texts in PROMPTS.items()}
+    prompts = {name: [_encode(engine.tokenizer, p) for p in PROMPTS[name]] for name in args.sets}
     limits = [engine.config.speculative_max_batch] if args.limits is None else args.limits
-    settings = [(0, limits[0]), *((k, limit) for k in args.ks for limit in limits)]
+    ks = [*args.ks, *([DRAFT] if engine.speculator.draft is not None else [])]
+    settings = [(0, limits[0]), *((k, limit) for k in ks for limit in limits)]
     # (set, (K, max batch)) -> lists of (tokens after the first, seconds, drafted, accepted)
     runs: dict[tuple[str, tuple[int, int | None]], list[tuple[int, float, int, int]]] = {}
     errors = 0
@@ -129,11 +147,11 @@ def run(args: argparse.Namespace) -> int:
                          "acceptance": round(accepted / drafted, 3) if drafted else None,
                          "accepted_per_step": round(accepted / max(1, sum(x[0] for x in r) - accepted), 3)})
     print(f"concurrency {args.concurrency}")
-    print(f"{'set':6} {'K':>3} {'max batch':>9} {'tok/s':>8} {'ratio':>6} {'accept':>7}")
+    print(f"{'set':6} {'K':>5} {'max batch':>9} {'tok/s':>8} {'ratio':>6} {'accept':>7}")
     for row in rows:
         acc = f"{row['acceptance']:.2f}" if row["acceptance"] is not None else "-"
         limit = "-" if not row["k"] else str(row["max_batch"]).lower()
-        print(f"{row['set']:6} {row['k']:>3} {limit:>9} {row['tok_s']:>8.1f} {row['ratio']:>6.3f} {acc:>7}")
+        print(f"{row['set']:6} {row['k']:>5} {limit:>9} {row['tok_s']:>8.1f} {row['ratio']:>6.3f} {acc:>7}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"rows": rows, "mismatches": errors, "max_tokens": args.max_tokens, "rounds": args.rounds,

@@ -21,3 +21,15 @@ def test_tiny_run_at_concurrency_drafts_only_where_the_batch_limit_allows(tmp_pa
         assert rows[(name, 2, 1)]["acceptance"] is None
         assert rows[(name, 0, None)]["ratio"] == 1.0 and rows[(name, 0, None)]["tok_s"] > 0
     assert "concurrency 3" in capsys.readouterr().out
+
+
+def test_tiny_run_with_a_draft_model_reports_its_row_and_acceptance(tmp_path):
+    """--draft-model adds a `draft` setting beside off; natural chat (`--sets chat`); same tokens."""
+    out = tmp_path / "spec.json"
+    assert main(["bench", "spec", "--tiny", "--draft-model", "tiny:1:2", "--sets", "chat", "--speculative-k",
+                 "--rounds", "1", "--max-tokens", "16", "--json", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["mismatches"] == 0
+    rows = {r["k"]: r for r in result["rows"]}
+    assert set(rows) == {0, "draft"} and {r["set"] for r in result["rows"]} == {"chat"}
+    assert rows["draft"]["acceptance"] > 0 and rows[0]["acceptance"] is None

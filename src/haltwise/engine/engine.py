@@ -56,6 +56,8 @@ class EngineStats:
     breaker_state: int = 0   # 0 closed, 1 half-open, 2 open (set by the async wrapper)
     spec_draft_tokens: int = 0      # speculative drafts verified since start (engine/speculation.py)
     spec_accepted_tokens: int = 0   # of which accepted
+    spec_model_draft_tokens: int = 0      # of the drafts verified, those the draft model proposed (--draft-model)
+    spec_model_accepted_tokens: int = 0   # of which accepted
     kv_blocks_committed: int | None = None   # blocks whose pages are committed so far (None: all)
     prompt_cache: dict[str, float] | None = None   # the tiers beyond the pool (PromptCache.metrics), None: off
 
@@ -65,8 +67,9 @@ class LLMEngine:
                  engine_config: EngineConfig, max_model_len: int, generation_eos_ids: tuple[int, ...] = (),
                  default_timeout: float | None = None,
                  kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-                 kv_commit: PageCommit | None = None):
-        """kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
+                 kv_commit: PageCommit | None = None, draft=None):
+        """draft: a DraftModel (engine/draft_model.py) proposing speculative drafts, or None.
+        kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
         here. kv_commit: the PageCommit committing kv_caches' pages, whose blocks become usable as they are
         committed (pool_growth.py); None: kv_caches is committed already."""
         self.model = model
@@ -100,10 +103,13 @@ class LLMEngine:
         self.prompt_cache = None      # attach_prompt_cache: host-RAM and disk tiers beyond the pool
         self.runner = maybe_wrap(ModelRunner(model, kv_caches, engine_config.block_size))
         self.sampler = Sampler()
-        why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""
+        why_not = (speculation_unsupported(model_config, model)
+                   if engine_config.speculative_tokens or draft is not None else "")
         if why_not:
             log.info("speculative decoding off: %s", why_not)
-        self.speculator = Speculator(0 if why_not else engine_config.speculative_tokens)
+        self.speculator = Speculator(0 if why_not else engine_config.speculative_tokens,
+                                     None if why_not else draft, engine_config.draft_max_tokens)
+        self.draft = draft
         # Grammars: compiled (and validated) per request, one matcher per sequence, masks filled into
         # one preallocated (max_num_seqs, ceil(V/32)) int32 buffer each step.
         self.structured = LLGuidanceBackend(tokenizer, model_config.vocab_size, self.eos_token_ids)
@@ -220,7 +226,9 @@ class LLMEngine:
         self.last_step_error, self.last_step_ran_model = None, False
         self.take_committed_blocks()
         self._apply_aborts_and_deadlines()
-        out = self.scheduler.schedule(self._propose if self.speculator.num_tokens else None)
+        out = self.scheduler.schedule(self._propose if self.speculator.active else None)
+        for seq in out.preempted:
+            self.speculator.forget(seq.seq_id)
         if out.scheduled:
             self.last_step_ran_model = True
             self._run(out)
@@ -318,6 +326,7 @@ class LLMEngine:
         if state.seq.is_finished:
             return
         self.scheduler.finish(state.seq, state.finish(termination))
+        self.speculator.forget(state.seq.seq_id)
         self.requests[state.seq.request_id].dirty = True
 
     def _collect_updates(self) -> list[RequestOutput]:
@@ -336,6 +345,8 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits,
                            spec_draft_tokens=self.speculator.num_drafted,
                            spec_accepted_tokens=self.speculator.num_accepted,
+                           spec_model_draft_tokens=self.speculator.num_model_drafted,
+                           spec_model_accepted_tokens=self.speculator.num_model_accepted,
                            kv_blocks_committed=a.num_usable_blocks,
                            prompt_cache=self.prompt_cache.metrics() if self.prompt_cache is not None else None)
 
@@ -346,6 +357,10 @@ class LLMEngine:
                 "MiB); "
                 f"max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
+        if self.speculator.draft is not None:
+            text += f"\n{self.speculator.draft.describe()}; drafts up to {self.config.draft_max_tokens} tokens"
+        elif self.draft is not None:
+            text += "\ndraft model loaded but unused: speculation cannot run on this engine"
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
         return f"{text}\n{plan.describe()}" if plan is not None else text
 

@@ -11,6 +11,7 @@ from typing import Any, Callable
 import torch
 
 from haltwise.config import EngineConfig, ModelConfig
+from haltwise.engine.draft_build import build_draft, check_draft
 from haltwise.engine.engine import LLMEngine
 from haltwise.engine.freed_memory import keep_freed_memory
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
@@ -80,7 +81,10 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
         max_len = config.max_model_len or model_config.max_position_embeddings
         config = _size_kv(config, model_config, max_len)
         plan = _plan(net, None, config, tokenizer) if config.dtype == "auto" else None
-        engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout)
+        draft = _draft(config, check_draft(config.draft_model, None, tokenizer, tiny=True), net, model_config, tokenizer,
+                       tiny=True)
+        engine = LLMEngine(net, model_config, tokenizer, config, max_len, default_timeout=default_timeout,
+                           draft=draft)
         engine.kernel_plan = plan
         return engine
     start = time.perf_counter()
@@ -99,13 +103,15 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     tokenizer = Tokenizer.from_gguf(loaded.path) if loaded.format == "gguf" else Tokenizer.from_hf_dir(loaded.path)
     log.info("loaded %s in %.2fs (tokenizer %.2fs)", loaded.path, time.perf_counter() - start,
              time.perf_counter() - tok_start)
+    draft_name = check_draft(config.draft_model, model, tokenizer)   # a wrong vocabulary fails before the plan
     plan = (_plan(loaded.model, loaded.path, config, tokenizer, before_timing=commit.wait)
             if config.dtype == "auto" else None)
     if loaded.mapped:    # the plan copied the blocks it runs: the file's pages need not stay counted twice
         open_gguf(loaded.path).drop_resident_pages()
+    draft = _draft(config, draft_name, loaded.model, loaded.config, tokenizer)
     engine = LLMEngine(loaded.model, loaded.config, tokenizer, config, loaded.max_model_len,
                        generation_eos_ids=loaded.generation_eos_ids, default_timeout=default_timeout,
-                       kv_caches=kv_caches, kv_commit=commit)
+                       kv_caches=kv_caches, kv_commit=commit, draft=draft)
     # Returned once any request it admits can start: the blocks of one longest sequence are committed; the
     # rest of the pool becomes usable as it commits (pool_growth.py).
     wait_start = time.perf_counter()
@@ -123,6 +129,18 @@ def _build(model: str | Path | None, engine_config: EngineConfig | None, rope_sc
     gc.collect()
     gc.freeze()
     return engine
+
+
+def _draft(config: EngineConfig, name: str | None, net: torch.nn.Module, model_config: ModelConfig,
+           tokenizer: Tokenizer, tiny: bool = False):
+    """Draft model `name` (engine/draft_build.py), planned like the target; the step threads are then set
+    back for the target's stack."""
+    draft = build_draft(name, config, net, model_config, tokenizer,
+                        lambda m, path, tok: _plan(m, path, config, tok), tiny=tiny)
+    if draft is not None:
+        native = getattr(net.model, "native_decode", None)
+        set_step_threads(engine_threads(config), native_every_step=bool(native and native.every_step))
+    return draft
 
 
 def _size_kv(config: EngineConfig, model_config: ModelConfig, max_len: int) -> EngineConfig:

@@ -37,6 +37,8 @@ class SeqOutputState:
     reasoning_detokenizer: IncrementalDetokenizer | None = None
     lookup: PromptLookup | None = None   # n-gram index for speculative drafts, built at the first proposal
     scores: PromptScores | None = None   # the prompt's logprobs, when asked (the request's first sequence only)
+    draft_source: str | None = None      # who proposed this step's drafts: "model", "lookup" (speculation.py)
+    draft_length: int = 0                # the draft model's adaptive draft length (0: not drafted yet)
 
     def sampling_row(self) -> SamplingRow:
         forced = self.reasoning.forced_token_id if self.reasoning is not None else None

@@ -51,6 +51,12 @@ class _EngineStatsCollector(Collector):
                                   value=value("spec_draft_tokens"))
         yield CounterMetricFamily("haltwise_spec_accepted_tokens", "Speculative draft tokens accepted.",
                                   value=value("spec_accepted_tokens"))
+        yield CounterMetricFamily("haltwise_spec_draft_model_draft_tokens", "Speculative draft tokens verified that "
+                                  "the draft model (--draft-model) proposed (part of haltwise_spec_draft_tokens).",
+                                  value=value("spec_model_draft_tokens"))
+        yield CounterMetricFamily("haltwise_spec_draft_model_accepted_tokens", "Draft-model draft tokens accepted "
+                                  "(part of haltwise_spec_accepted_tokens).",
+                                  value=value("spec_model_accepted_tokens"))
         yield from _prompt_cache_families(getattr(s, "prompt_cache", None) or {})
 
 

@@ -111,14 +111,20 @@ def run(args: argparse.Namespace) -> int:
         from haltwise.cluster.launch import serve_cluster
 
         return serve_cluster(args, _serve)
+    from haltwise.engine.draft_build import DraftModelError
+
     try:
         tiers = args.prompt_cache.open()
     except ValueError as exc:     # an untrusted --prompt-cache-dir
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
-                               default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog,
-                               prompt_tiers=tiers)
+    try:
+        engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
+                                   default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog,
+                                   prompt_tiers=tiers)
+    except DraftModelError as exc:   # --draft-model with another vocabulary: refused, nothing served
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if args.chat_template is not None:
         engine.tokenizer.set_chat_template(args.chat_template)
     try:

@@ -4,7 +4,8 @@ from __future__ import annotations
 import argparse
 import json
 
-from haltwise.config import ENGINE_DTYPES, KV_AUTO_FRACTION, KV_CACHE_DTYPES, SCHEDULING_POLICIES, EngineConfig
+from haltwise.config import (DEFAULT_DRAFT_MODEL, ENGINE_DTYPES, KV_AUTO_FRACTION, KV_CACHE_DTYPES,
+                             SCHEDULING_POLICIES, EngineConfig)
 from haltwise.memory_size import parse_memory
 
 
@@ -59,6 +60,14 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                    help="draft only in steps with at most N decoding sequences (default 1; 'none' = any "
                         "number): with several rows a step is compute bound and draft rows cost as much "
                         "as decode rows")
+    p.add_argument("--draft-model", default=DEFAULT_DRAFT_MODEL, metavar="NAME|PATH",
+                   help="draft-model speculative decoding: a smaller model with the same vocabulary (a catalog "
+                        "name or a GGUF path) drafts tokens the model verifies in one step; exact, like prompt "
+                        "lookup, which it replaces. 'auto': the draft the catalog pairs with --model "
+                        f"(qwen2.5-coder-1.5b -> qwen2.5-coder-0.5b) when installed; 'none': off (default "
+                        f"{DEFAULT_DRAFT_MODEL}). See docs/draft-model.md")
+    p.add_argument("--draft-tokens", type=int, default=8, metavar="K",
+                   help="the draft model's longest draft; its length adapts to the acceptance below this (default 8)")
     p.add_argument("--tiny", action="store_true", help=argparse.SUPPRESS)  # random tiny model, for tests
 
 
@@ -106,7 +115,8 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
         num_threads=args.threads, speculative_tokens=args.speculative_tokens,
         speculative_max_batch=args.speculative_max_batch, scheduling_policy=args.scheduling_policy,
-        priority_aging_steps=args.priority_aging_steps)
+        priority_aging_steps=args.priority_aging_steps, draft_model=args.draft_model,
+        draft_max_tokens=args.draft_tokens)
 
 
 def read_model_config(model: str | None):

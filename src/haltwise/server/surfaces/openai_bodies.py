@@ -24,6 +24,10 @@ def usage(outs: list[RequestOutput]) -> dict[str, Any]:
     reasoning = sum(c.num_reasoning_tokens for o in outs for c in o.outputs)
     if reasoning:   # completion_tokens counts them too (and the think tags), as OpenAI and vLLM do
         body["completion_tokens_details"] = {"reasoning_tokens": reasoning}
+    drafted = sum(c.num_draft_tokens for o in outs for c in o.outputs)
+    if drafted:     # speculative decoding (engine/speculation.py): draft tokens verified, and accepted
+        body["speculation"] = {"drafted": drafted,
+                               "accepted": sum(c.num_accepted_draft_tokens for o in outs for c in o.outputs)}
     return body
 
 
