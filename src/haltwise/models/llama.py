@@ -20,6 +20,7 @@ from torch import nn
 from haltwise.config import ModelConfig
 from haltwise.models.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
+from haltwise.models.moe import SparseMoE
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
 from haltwise.models.weights import WeightLoading
 
@@ -77,11 +78,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
-        self.intermediate_size, self.hidden_act = config.intermediate_size, config.hidden_act
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.intermediate_size = intermediate_size or config.intermediate_size     # an expert's own width
+        self.hidden_act = config.hidden_act
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, config.hidden_size, bias=False)
         self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,7 +99,7 @@ class DecoderLayer(nn.Module):
         super().__init__()
         norm = lambda: RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)  # noqa: E731
         self.self_attn = Attention(config, layer, options)
-        self.mlp = MLP(config)
+        self.mlp = SparseMoE(config, MLP) if config.is_moe(layer) else MLP(config)
         self.input_layernorm = norm()
         self.post_attention_layernorm = norm()      # Llama: the pre-MLP norm; Gemma: the attention output's
         self.sandwich = options.sandwich_norms
