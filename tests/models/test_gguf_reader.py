@@ -136,8 +136,11 @@ def test_not_a_gguf_is_clear(tmp_path):
 
 def test_unsupported_architecture_is_clear(tmp_path):
     path = write_gguf(tmp_path / "g.gguf", tiny_llama(VOCAB), arch="gpt2")
-    with pytest.raises(ModelLoadError, match=r"g\.gguf: architecture 'gpt2' is not supported"):
+    with pytest.raises(ModelLoadError, match=r"g\.gguf: architecture 'gpt2' is not supported") as e:
         load_model(path)
+    for name in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe", "qwen3_moe"):
+        assert name in str(e.value).partition("supported: ")[2].split(", ") or \
+            name + ")" in str(e.value), f"{name} missing from {e.value}"
 
 
 def test_unsupported_quant_is_clear(tmp_path):
