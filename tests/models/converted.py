@@ -49,7 +49,11 @@ SPECS = {
     "qwen2moe": Spec("Qwen2MoeConfig", dict(SMALL, **MOE, shared_expert_intermediate_size=48, norm_topk_prob=False,
                                             tie_word_embeddings=True, qkv_bias=True),
                      "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
+    # every 4th layer without RoPE (no_rope_layer_interval 4): layer 3 of 4
+    "smollm3": Spec("SmolLM3Config", dict(SMALL, intermediate_size=96, tie_word_embeddings=True),
+                    "HuggingFaceTB-SmolLM3-3B.jinja", "<|im_end|>", ("<think>", "</think>")),
 }
+MOE_FAMILIES = ("qwen3moe", "qwen2moe")
 
 
 def converter_missing() -> str | None:

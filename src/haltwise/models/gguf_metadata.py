@@ -135,6 +135,8 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
         final_logit_softcapping=None if softcap is None else float(softcap),
         rope_freq_factors=_rope_freq_factors(reader),
+        no_rope_layers=tuple(i for i in range(layers) if options.gguf_no_rope_every
+                             and (i + 1) % options.gguf_no_rope_every == 0),
         **_experts(reader, arch, options.gguf_norm_topk_prob, path, layers * hidden),
     )
 

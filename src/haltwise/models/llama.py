@@ -105,7 +105,9 @@ class DecoderLayer(nn.Module):
         self.sandwich = options.sandwich_norms
         if self.sandwich:
             self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
-        self.local_rope = config.is_sliding(layer) and config.rope_local_theta is not None
+        # The layer's second rope table: the sliding layers' own base (gemma3), or none at all (smollm3).
+        self.local_rope = (config.is_sliding(layer) and config.rope_local_theta is not None) \
+            or layer in config.no_rope_layers
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         attn = self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
@@ -140,8 +142,11 @@ class LlamaModel(nn.Module):
 
     def _build_rope(self, config: ModelConfig, max_model_len: int) -> None:
         self.rotary_emb = RotaryEmbedding.for_config(config, max_model_len)
-        self.rotary_emb_local = (RotaryEmbedding.for_config(config, max_model_len, local=True)
-                                 if any(layer.local_rope for layer in self.layers) else None)
+        self.rotary_emb_local = None
+        if config.no_rope_layers:
+            self.rotary_emb_local = RotaryEmbedding.identity(config.head_dim, max_model_len)
+        elif any(layer.local_rope for layer in self.layers):
+            self.rotary_emb_local = RotaryEmbedding.for_config(config, max_model_len, local=True)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
                 meta: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
