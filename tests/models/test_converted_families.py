@@ -27,11 +27,13 @@ def prompts(vocab: int) -> list[list[int]]:
             for n in PROMPT_LENGTHS]
 
 
-def transformers_greedy(model, ids: list[int]) -> list[int]:
+def transformers_greedy(model, ids: list[int]) -> tuple[list[int], torch.Tensor]:
+    """(greedy tokens, the prefill's next-token logits)."""
     with torch.no_grad():
         out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                             do_sample=False, max_new_tokens=NEW_TOKENS, pad_token_id=0, eos_token_id=None)
-    return out[0, len(ids):].tolist()
+                             do_sample=False, max_new_tokens=NEW_TOKENS, pad_token_id=0, eos_token_id=None,
+                             output_logits=True, return_dict_in_generate=True)
+    return out.sequences[0, len(ids):].tolist(), out.logits[0][0]
 
 
 @pytest.fixture(scope="module", params=sorted(SPECS))
@@ -47,8 +49,9 @@ def test_float32_greedy_equals_transformers(family, source):
     f, cases = family
     loaded = load_model(f.hf if source == "hf" else f.gguf("f32"), dtype="float32")
     assert loaded.config.architecture == f.arch
-    for ids, want in cases:
-        got, _ = greedy(loaded.model, ids, NEW_TOKENS, block_size=4)
+    for ids, (want, want_logits) in cases:
+        got, got_logits = greedy(loaded.model, ids, NEW_TOKENS, block_size=4)
+        assert (got_logits - want_logits).abs().max() < 1e-4, f"{f.arch} {source}: prompt of {len(ids)} tokens"
         assert got == want, f"{f.arch} {source}: prompt of {len(ids)} tokens"
 
 
@@ -60,7 +63,7 @@ def test_q8_0_gguf_loads_quantized_weights(family):
         (lambda m: m.model.layers[1].mlp.down_proj.weight)
     q, w = pick(loaded.model), pick(exact.model)
     assert not torch.equal(q, w) and (q - w).abs().max() < 0.02 * w.abs().max()
-    ids, want = cases[1]
+    ids, (want, _) = cases[1]
     assert greedy(loaded.model, ids, 1, block_size=4)[0] == want[:1]
 
 
