@@ -88,8 +88,10 @@ def test_name_mapping():
     assert hf_name("output_norm.weight") == "model.norm.weight"
     assert hf_name("output.weight") == "lm_head.weight"
     assert hf_name("rope_freqs.weight") is None
+    assert hf_name("blk.0.ffn_gate_inp.weight") == "model.layers.0.mlp.gate.weight"      # MoE router
+    assert hf_name("blk.0.ffn_gate_exps.weight") == "model.layers.0.mlp.experts.#.gate_proj.weight"  # per expert
     with pytest.raises(KeyError):
-        hf_name("blk.0.ffn_gate_exps.weight")
+        hf_name("blk.0.ssm_conv1d.weight")
 
 
 def test_unpermute_inverts_llama_cpp_permute():
