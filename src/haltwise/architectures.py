@@ -11,6 +11,9 @@ options here are what is structurally true of the whole family.
     gemma3  embeddings x sqrt(hidden); RMSNorm scales by (1 + w) in float32; four norms per layer
             (input, post-attention, pre- and post-feedforward); q/k norms; GELU-tanh MLP; sliding
             layers with their own RoPE base; no llama.cpp q/k permutation in GGUF.
+    smollm3 llama whose every 4th layer skips RoPE (its q/k are not rotated).
+    qwen3moe  qwen3 with a routed mixture-of-experts MLP (models/moe.py); top-k renormalised.
+    qwen2moe  qwen2 with a routed MoE MLP plus a shared expert behind a sigmoid gate; top-k as routed.
 """
 from __future__ import annotations
 
@@ -38,12 +41,17 @@ class ArchOptions:
     hidden_act: str = "silu"
     gguf_local_rope_theta: float | None = None      # RoPE base of sliding layers
     gguf_window_every: int | None = None            # every n-th layer is global, the rest slide
+    gguf_norm_topk_prob: bool = False               # MoE: llama.cpp renormalises the top-k for this family
+    gguf_no_rope_every: int | None = None           # every n-th layer (1-based) has no RoPE (llama.cpp's rule)
 
 
 ARCHITECTURES: dict[str, ArchOptions] = {
     "llama": ArchOptions("llama", gguf_permuted_qk=True, hf_model_types=("mistral",)),
     "qwen2": ArchOptions("qwen2", qkv_bias=True),
     "qwen3": ArchOptions("qwen3", qk_norm=True),
+    "smollm3": ArchOptions("smollm3", gguf_permuted_qk=True, hf_tied_by_default=True, gguf_no_rope_every=4),
+    "qwen3moe": ArchOptions("qwen3moe", qk_norm=True, hf_model_types=("qwen3_moe",), gguf_norm_topk_prob=True),
+    "qwen2moe": ArchOptions("qwen2moe", qkv_bias=True, hf_model_types=("qwen2_moe",)),
     "gemma3": ArchOptions(
         "gemma3", qk_norm=True, sandwich_norms=True, norm_plus_one=True, scale_embeddings=True,
         gguf_layer_names={"post_attention_norm": "post_attention_layernorm",

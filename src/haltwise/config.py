@@ -52,17 +52,33 @@ class ModelConfig:
     query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5; None = head_dim
     final_logit_softcapping: float | None = None  # logits = cap * tanh(logits / cap)
     rope_freq_factors: tuple[float, ...] | None = None  # GGUF rope_freqs: inv_freq / factor (llama3)
+    # Mixture of experts (qwen2moe, qwen3moe; models/moe.py). num_experts 0 = every MLP is dense.
+    num_experts: int = 0                        # experts per MoE layer
+    num_experts_per_tok: int = 0                # experts each token is routed to (top-k)
+    moe_intermediate_size: int = 0              # one expert's hidden width
+    norm_topk_prob: bool = False                # renormalise the top-k router probabilities to sum to 1
+    shared_expert_intermediate_size: int = 0    # qwen2moe's always-on expert behind a sigmoid gate; 0 = none
+    mlp_only_layers: tuple[int, ...] = ()       # layers that keep a dense MLP in an MoE model
+    no_rope_layers: tuple[int, ...] = ()        # layers whose q/k are not rotated (smollm3: every 4th)
 
     def __post_init__(self) -> None:
         if self.num_heads % self.num_kv_heads:
             raise ValueError(f"num_heads {self.num_heads} not divisible by num_kv_heads {self.num_kv_heads}")
         if self.layer_types is not None and len(self.layer_types) != self.num_layers:
             raise ValueError(f"layer_types names {len(self.layer_types)} layers, the model has {self.num_layers}")
+        if self.no_rope_layers and self.rope_local_theta is not None:
+            raise ValueError("no_rope_layers and a sliding-layer rope base cannot be combined")
+        if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
+            raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} is outside 1..{self.num_experts}")
 
     def is_sliding(self, layer: int) -> bool:
         """Whether `layer` attends only to the last sliding_window positions."""
         return (self.sliding_window is not None and self.layer_types is not None
                 and self.layer_types[layer] == "sliding_attention")
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether `layer`'s MLP is a routed mixture of experts."""
+        return self.num_experts > 0 and layer not in self.mlp_only_layers
 
     @property
     def num_sliding_layers(self) -> int:

@@ -88,8 +88,10 @@ def test_name_mapping():
     assert hf_name("output_norm.weight") == "model.norm.weight"
     assert hf_name("output.weight") == "lm_head.weight"
     assert hf_name("rope_freqs.weight") is None
+    assert hf_name("blk.0.ffn_gate_inp.weight") == "model.layers.0.mlp.gate.weight"      # MoE router
+    assert hf_name("blk.0.ffn_gate_exps.weight") == "model.layers.0.mlp.experts.#.gate_proj.weight"  # per expert
     with pytest.raises(KeyError):
-        hf_name("blk.0.ffn_gate_exps.weight")
+        hf_name("blk.0.ssm_conv1d.weight")
 
 
 def test_unpermute_inverts_llama_cpp_permute():
@@ -136,8 +138,11 @@ def test_not_a_gguf_is_clear(tmp_path):
 
 def test_unsupported_architecture_is_clear(tmp_path):
     path = write_gguf(tmp_path / "g.gguf", tiny_llama(VOCAB), arch="gpt2")
-    with pytest.raises(ModelLoadError, match=r"g\.gguf: architecture 'gpt2' is not supported"):
+    with pytest.raises(ModelLoadError, match=r"g\.gguf: architecture 'gpt2' is not supported") as e:
         load_model(path)
+    for name in ("llama", "qwen2", "qwen3", "gemma3", "qwen3moe", "qwen2moe", "qwen3_moe"):
+        assert name in str(e.value).partition("supported: ")[2].split(", ") or \
+            name + ")" in str(e.value), f"{name} missing from {e.value}"
 
 
 def test_unsupported_quant_is_clear(tmp_path):

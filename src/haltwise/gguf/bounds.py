@@ -26,6 +26,9 @@ DIMENSION_LIMITS: dict[str, int] = {
     "feed_forward_length": 1 << 18,
     "vocab_size": 1 << 22,
     "context_length": 1 << 21,               # RoPE tables: context x head_dim floats, built at load
+    "expert_count": 1 << 12,                 # MoE: Qwen3-235B has 128 experts, DeepSeek-V3 256
+    "expert_used_count": 1 << 12,
+    "expert_feed_forward_length": 1 << 18,
 }
 MIN_BITS_PER_WEIGHT = 2
 SLACK_PARAMETERS = 1 << 20                  # norms, biases, rounding: never the difference that matters

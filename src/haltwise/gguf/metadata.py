@@ -135,4 +135,26 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
         final_logit_softcapping=None if softcap is None else float(softcap),
         rope_freq_factors=_rope_freq_factors(reader),
+        no_rope_layers=tuple(i for i in range(layers) if options.gguf_no_rope_every
+                             and (i + 1) % options.gguf_no_rope_every == 0),
+        **_experts(reader, arch, options.gguf_norm_topk_prob, path, layers * hidden),
     )
+
+
+def _experts(reader: GGUFFile, arch: str, norm_topk_prob: bool, path: Path, layer_hidden: int) -> dict[str, Any]:
+    """The MoE fields of ModelConfig ({} for a dense model). GGUF does not store norm_topk_prob: llama.cpp
+    fixes it per family, and so do we."""
+    experts = _field(reader, f"{arch}.expert_count")
+    if not experts:
+        return {}
+    used = _field(reader, f"{arch}.expert_used_count")
+    width = _field(reader, f"{arch}.expert_feed_forward_length")
+    if not used or not width:
+        raise ModelLoadError(f"{path}: GGUF metadata has {arch}.expert_count but lacks expert_used_count or "
+                             f"expert_feed_forward_length")
+    check_dimensions({"expert_count": int(experts), "expert_used_count": int(used),
+                      "expert_feed_forward_length": int(width)}, path)
+    check_fits_file(layer_hidden * int(experts) * 3 * int(width), Path(path).stat().st_size, path)
+    return dict(num_experts=int(experts), num_experts_per_tok=int(used), moe_intermediate_size=int(width),
+                norm_topk_prob=norm_topk_prob,
+                shared_expert_intermediate_size=int(_field(reader, f"{arch}.expert_shared_feed_forward_length", 0)))

@@ -47,7 +47,15 @@ _LAYER_NAMES = {  # GGUF per-block name -> Hugging Face suffix under model.layer
     "ffn_gate": "mlp.gate_proj",
     "ffn_up": "mlp.up_proj",
     "ffn_down": "mlp.down_proj",
+    "ffn_gate_inp": "mlp.gate",                          # MoE router
+    "ffn_gate_inp_shexp": "mlp.shared_expert_gate",      # qwen2moe: the shared expert's sigmoid gate
+    "ffn_gate_shexp": "mlp.shared_expert.gate_proj",
+    "ffn_up_shexp": "mlp.shared_expert.up_proj",
+    "ffn_down_shexp": "mlp.shared_expert.down_proj",
 }
+# MoE experts stacked in one 3-D tensor (experts, out, in): split into one 2-D view per expert ('#').
+_EXPERT_NAMES = {"ffn_gate_exps": "mlp.experts.#.gate_proj", "ffn_up_exps": "mlp.experts.#.up_proj",
+                 "ffn_down_exps": "mlp.experts.#.down_proj"}
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
 _IGNORED = {"rope_freqs"}  # llama3 frequency factors: read into ModelConfig.rope_freq_factors
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
@@ -62,7 +70,7 @@ def hf_name(gguf_name: str, arch: str = "llama") -> str | None:
     if m:
         layer, part, kind = m.groups()
         names = ARCHITECTURES[arch].gguf_layer_names
-        return f"model.layers.{layer}.{names.get(part) or _LAYER_NAMES[part]}.{kind}"
+        return f"model.layers.{layer}.{names.get(part) or _EXPERT_NAMES.get(part) or _LAYER_NAMES[part]}.{kind}"
     base, _, kind = gguf_name.rpartition(".")
     if base in _IGNORED:
         return None
@@ -115,8 +123,24 @@ def gguf_tensors(reader: GGUFFile, config: ModelConfig, path: Path | None = None
             raise ModelLoadError(f"{where}: tensor {t.name} of shape {shape} needs {rows * width:,} bytes; "
                                  f"the file holds {raw.size:,} for it")
         data = raw.reshape(-1, width)
+        if name.endswith("shared_expert_gate.weight") and len(shape) == 1:
+            shape = (1, *shape)                          # llama.cpp stores the (1, hidden) gate as a vector
+        if "#" in name:
+            yield from _experts(t.name, name, qtype, data, shape, where)
+            continue
         yield GGUFTensor(t.name, name, qtype, data, shape, _unpermute_heads(name, config, options),
                          options.norm_plus_one and name.endswith("norm.weight"))
+
+
+def _experts(gguf_name: str, name: str, qtype, data: np.ndarray, shape: tuple[int, ...], where) -> Iterator[GGUFTensor]:
+    """A stacked (experts, out, in) tensor -> one (out, in) tensor per expert: row slices of the mapped
+    blocks, nothing copied (an expert's pages are read only when it runs)."""
+    if len(shape) != 3:
+        raise ModelLoadError(f"{where}: tensor {gguf_name} has shape {shape}, expected (experts, out, in)")
+    experts, rows = shape[0], shape[1]
+    for e in range(experts):
+        yield GGUFTensor(gguf_name, name.replace("#", str(e)), qtype, data[e * rows:(e + 1) * rows],
+                         shape[1:], None, False)
 
 
 def _unpermute_heads(name: str, config: ModelConfig, options: ArchOptions) -> int | None:
