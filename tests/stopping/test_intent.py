@@ -5,7 +5,7 @@ from importlib import resources
 import pytest
 
 from haltwise.sampling_params import SamplingParams
-from haltwise.server.protocol import ChatCompletionRequest, CompletionRequest
+from haltwise.server.surfaces.openai_protocol import ChatCompletionRequest, CompletionRequest
 from haltwise.stopping.intent import Intent, classify, classify_many, resolve_auto
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.termination import Reason

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Sequence
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from haltwise.server.api import ServerState, router
+from haltwise.server.api import router
 from haltwise.server.client_limit import PerClientConcurrency
 from haltwise.server.connections import DEFAULTS as CONNECTION_DEFAULTS
 from haltwise.server.connections import BodyDeadline
@@ -30,6 +30,7 @@ from haltwise.server.errors import error_body, install_error_handlers
 from haltwise.server.limits import DEFAULT_CAPS, RequestCaps
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.page import install_page
+from haltwise.server.state import ServerState
 from haltwise.server.surfaces import SURFACES
 from haltwise.server.surfaces.anthropic_errors import AnthropicErrors
 
@@ -145,9 +146,9 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     app.state.server = state
     app.state.metrics = metrics
     app.state.caps = caps
-    app.include_router(router)
     for surface in SURFACES:
         app.include_router(surface)
+    app.include_router(router)
     install_error_handlers(app)
     if ui:
         install_page(app)

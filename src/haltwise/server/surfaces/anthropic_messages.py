@@ -26,22 +26,23 @@ import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from haltwise.errors import HaltwiseError
-from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
+from haltwise.server.chat_core import ChatCall, ChatDelta, ChatResult
 from haltwise.sampling_params import SamplingParams
 from haltwise.server.chat_prompt import chat_prompt
 from haltwise.server.chat_tools import prepare_chat
+from haltwise.server.generation import respond
 from haltwise.server.runner import ClientGone
+from haltwise.server.state import begin
 from haltwise.server.surfaces.anthropic_errors import anthropic_error
 from haltwise.server.surfaces.anthropic_protocol import CountTokensRequest, MessagesRequest
 from haltwise.server.surfaces.stop_reasons import stop_sequence_of, words_for
 
 log = logging.getLogger("haltwise.server")
 router = APIRouter()
-CLIENT_CLOSED = 499
 
 
 def _stop_fields(result: ChatResult, tokenizer: Any) -> dict[str, Any]:
@@ -191,19 +192,13 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     st = begin(request, body)
     rid = f"msg_{uuid.uuid4().hex}"
     call = await run_in_threadpool(ChatCall, request, rid, body.to_turn())   # template rendering: off the loop
-    handed_off = False
-    try:
-        await call.start()
-        model, tok = st.served_model_name, st.engine.tokenizer
-        if body.stream:
-            handed_off = True
-            return CallStream(_stream(call, MessageEvents(rid, model, len(call.prompt_ids), tok)), call)
-        return JSONResponse(message_body(rid, model, await call.result(), tok), headers=call.headers)
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        if not handed_off:
-            await call.close()
+    model, tok = st.served_model_name, st.engine.tokenizer
+
+    async def message() -> dict[str, Any]:
+        return message_body(rid, model, await call.result(), tok)
+
+    return await respond(call, body.stream,
+                         lambda: _stream(call, MessageEvents(rid, model, len(call.prompt_ids), tok)), message)
 
 
 @router.post("/v1/messages/count_tokens")

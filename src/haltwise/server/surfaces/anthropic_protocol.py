@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
+from haltwise.server.request_fields import MAX_SEED, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import thinking_settings
 
 

@@ -24,18 +24,19 @@ import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from haltwise.errors import HaltwiseError
-from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
+from haltwise.server.chat_core import ChatCall, ChatDelta, ChatResult
+from haltwise.server.generation import respond
 from haltwise.server.runner import ClientGone
+from haltwise.server.state import begin
 from haltwise.server.surfaces.openai_responses_protocol import ResponsesRequest
 from haltwise.server.surfaces.stop_reasons import words_for
 
 log = logging.getLogger("haltwise.server")
 router = APIRouter()
-CLIENT_CLOSED = 499
 
 
 def reasoning_status(result: ChatResult, status: str) -> str:
@@ -225,15 +226,8 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     st = begin(request, body)
     builder = ResponseBuilder(body, st.served_model_name)
     call = await run_in_threadpool(ChatCall, request, builder.id, body.to_turn())   # template rendering: off the loop
-    handed_off = False
-    try:
-        await call.start()
-        if body.stream:
-            handed_off = True
-            return CallStream(_stream(call, ResponseEvents(builder)), call)
-        return JSONResponse(builder.final(await call.result()), headers=call.headers)
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        if not handed_off:
-            await call.close()
+
+    async def final() -> dict[str, Any]:
+        return builder.final(await call.result())
+
+    return await respond(call, body.stream, lambda: _stream(call, ResponseEvents(builder)), final)

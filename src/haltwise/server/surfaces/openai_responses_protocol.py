@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
+from haltwise.server.request_fields import MAX_SEED, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
 

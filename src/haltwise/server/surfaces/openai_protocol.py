@@ -24,46 +24,24 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import Field
 
-from haltwise.sampling_params import ParamError, RepetitionDetection, SamplingParams
+from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
+from haltwise.server.request_fields import MAX_N, MAX_SEED, RepetitionDetectionSpec, Strict, loop_detection
 from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
 from haltwise.stopping.intent import resolve_auto
 
-_STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
-MAX_N = 128                     # sanity bound on choices per request; admission judges memory
-MAX_SEED = 2**63 - 1
+__all__ = ["MAX_N", "MAX_SEED", "RepetitionDetectionSpec", "loop_detection", "CompletionRequest",
+           "ChatCompletionRequest", "ChatMessage", "TokenizeRequest", "DetokenizeRequest"]
 
 
-class _Strict(BaseModel):
-    model_config = _STRICT
-
-
-class StreamOptions(_Strict):
+class StreamOptions(Strict):
     include_usage: bool = False          # a final chunk with usage and empty choices
     continuous_usage_stats: bool = False  # accepted (vLLM); usage is sent once, at the end
 
 
-def loop_detection(spec: "RepetitionDetectionSpec | None") -> RepetitionDetection:
-    """The engine's loop-detector settings for a request's `repetition_detection` (None: the defaults)."""
-    return RepetitionDetection(**spec.model_dump()) if spec is not None else RepetitionDetection()
-
-
-class RepetitionDetectionSpec(_Strict):
-    """Loop-detector settings; omitted fields take haltwise's documented defaults."""
-
-    enabled: bool = True
-    max_period: int = Field(64, ge=1, le=4096)
-    min_repeats: int = Field(4, ge=2, le=4096)
-    min_tokens: int = Field(16, ge=1)
-    near_loops: bool = True
-    near_loop_ngram: int = Field(4, ge=1, le=32)
-    near_loop_window: int = Field(64, ge=2, le=4096)
-    near_loop_max_novelty: float = Field(0.35, ge=0.0, lt=1.0)
-
-
-class _GenerationRequest(_Strict):
+class _GenerationRequest(Strict):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None               # None = the served model
@@ -167,12 +145,12 @@ class CompletionRequest(_GenerationRequest):
         return items
 
 
-class TextPart(_Strict):
+class TextPart(Strict):
     type: Literal["text"]
     text: str
 
 
-class ChatMessage(_Strict):
+class ChatMessage(Strict):
     role: Literal["system", "developer", "user", "assistant", "tool"]
     content: str | list[TextPart] | None = None
     name: str | None = None
@@ -247,7 +225,7 @@ class ChatCompletionRequest(_GenerationRequest):
         return out
 
 
-class TokenizeRequest(_Strict):
+class TokenizeRequest(Strict):
     """POST /tokenize (vLLM shape): either `prompt` or `messages`."""
 
     model: str | None = None
@@ -257,7 +235,7 @@ class TokenizeRequest(_Strict):
     add_generation_prompt: bool = True
 
 
-class DetokenizeRequest(_Strict):
+class DetokenizeRequest(Strict):
     """POST /detokenize (vLLM shape)."""
 
     model: str | None = None

@@ -8,22 +8,10 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
-from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
 from haltwise.outputs import CompletionOutput, RequestOutput, TokenLogprob
-from haltwise.stopping.termination import Reason
+from haltwise.server.generation import raise_if_failed
 from haltwise.toolcalls.constraint import ToolCallConstraint
 from haltwise.toolcalls.response import ToolDeltaStream, chat_message
-
-
-def raise_if_failed(out: RequestOutput) -> None:
-    """A request the engine ended with `error` or `cancelled` has no answer to give."""
-    for o in out.outputs:
-        t = o.termination
-        if t is not None and t.reason is Reason.ERROR:
-            raise EngineFailure(f"generation failed: {t.detail or 'engine error'}")
-        if t is not None and t.reason is Reason.CANCELLED:
-            raise Overloaded(f"request cancelled by the server: {t.detail or 'shutting down'}",
-                             code="cancelled", retry_after=1)
 
 
 def usage(outs: list[RequestOutput]) -> dict[str, Any]:
@@ -191,6 +179,3 @@ class Chunker:
         return {"id": self.rid, "object": "chat.completion.chunk" if self.chat else "text_completion",
                 "created": self.created, "model": self.model, "choices": [], "usage": usage(outs)}
 
-
-def error_event(exc: HaltwiseError) -> dict[str, Any]:
-    return exc.to_body()

@@ -6,7 +6,7 @@ from pydantic import ValidationError
 
 from haltwise.sampling_params import ParamError
 from haltwise.server.errors import _param_from_loc
-from haltwise.server.protocol import ChatCompletionRequest, CompletionRequest
+from haltwise.server.surfaces.openai_protocol import ChatCompletionRequest, CompletionRequest
 
 
 def test_completion_fields_reach_sampling_params() -> None:
