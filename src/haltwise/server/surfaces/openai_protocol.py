@@ -1,6 +1,6 @@
 """OpenAI-compatible request bodies (pydantic, HTTP edge only) and their conversion to SamplingParams.
 
-Per OpenAI field, one of three decisions (README lists them too):
+Per OpenAI field, one of three decisions (docs/openai.md lists them too):
 - accepted: model, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, n, stream,
   stream_options.include_usage, stop, seed, frequency_penalty, presence_penalty, logprobs, top_logprobs,
   echo; plus the vLLM/haltwise extras below (stop_token_ids ... repetition_detection).
