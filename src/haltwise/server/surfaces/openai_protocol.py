@@ -98,7 +98,7 @@ class _GenerationRequest(Strict):
             seed=self.seed, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
             max_tokens=max_tokens, min_tokens=self.min_tokens,
-            stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
+            stop=self.stop,   # SamplingParams normalises (str | list | None -> tuple)
             stop_token_ids=tuple(self.stop_token_ids or ()), stop_presets=tuple(self.stop_presets or ()),
             stop_boundary=self.stop_boundary,
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,
