@@ -9,6 +9,7 @@
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
   spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
+  floor        single-stream decode against this host's memory-bandwidth floor, speculation off and on (floor.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
 
@@ -31,6 +32,8 @@ PROGRAMS = {
     "kv": ("haltwise_bench.kv_speed",
            "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
     "spec": ("haltwise_bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
+    "floor": ("haltwise_bench.floor", "single-stream decode tok/s against the host's read-bandwidth floor "
+                                      "(bytes a token / measured bandwidth), speculation off and on"),
     "kernels": ("haltwise_bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),
 }
