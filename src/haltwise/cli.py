@@ -14,7 +14,8 @@ COMMANDS = {
     "generate": ("haltwise.tools.generate", "generate text for one prompt, streamed to stdout"),
     "count-tokens": ("haltwise.tools.count_tokens", "count a text's tokens against the model's window"),
     "kv-estimate": ("haltwise.tools.kv_estimate", "compute KV-cache memory for a model or given dimensions"),
-    "plan": ("haltwise.tools.plan", "print the kernel plan: the linear format measured fastest per shape and rows here"),
+    "plan": ("haltwise.tools.plan",
+             "print the kernel plan: the linear format measured fastest per shape and rows here"),
     "bench": ("haltwise_bench.cli", "benchmarks: haltwise side by side with peers, ratios in one run"),
     "eval-stops": ("haltwise_bench.eval_stops", "compare stop strategies over a prompt set"),
     "eval-tools": ("haltwise_bench.eval_tools", "tool calls: do they parse, validate and name the right tool "
@@ -42,7 +43,8 @@ def missing_extra(module: str) -> str | None:
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Every subcommand listed; `only` (the command being run): import just its module for its options
     (importing every tool's module cost `haltwise serve` ~1 s of its start). None: all of them."""
-    parser = argparse.ArgumentParser(prog="haltwise", description="haltwise: an LLM inference server whose every generation ends for a reason it can name.")
+    parser = argparse.ArgumentParser(prog="haltwise", description="haltwise: an LLM inference server whose every "
+                                                                  "generation ends for a reason it can name.")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name, (module, help_text) in COMMANDS.items():
         p = sub.add_parser(name, help=help_text, description=help_text)

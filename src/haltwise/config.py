@@ -10,7 +10,7 @@ DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # "bfloat16": bf16 weights, activations and KV (refused where this host cannot run bf16 matmuls).
 ENGINE_DTYPES = ("auto", "float32", "bfloat16")
 # How the KV cache stores keys and values (models/kv_codec.py). "auto": int8 under dtype auto (the
-# default path; its quality cost is measured and bounded in the README, "KV cache dtype"), otherwise the
+# default path; its quality cost is measured and bounded in docs/benchmarks.md, "KV cache quality"), otherwise the
 # activations' dtype (float32 stays the exact oracle).
 KV_CACHE_DTYPES = ("auto", "float32", "bfloat16", "int8")
 AUTO_KV_DTYPE = "int8"
@@ -121,13 +121,13 @@ class EngineConfig:
     kv_cache_dtype: str = "auto"        # one of KV_CACHE_DTYPES (--kv-cache-dtype)
     # Prompt-lookup speculative decoding (engine/speculation.py): at most this many n-gram draft tokens
     # verified per decode step; 0 = off. Exact: the tokens are those decoding without it gives. Runs only
-    # where the steps are batch invariant (dtype auto); 2 measured fastest on SmolLM2 here (README).
+    # where the steps are batch invariant (dtype auto); 2 measured fastest on SmolLM2 here (docs/benchmarks.md).
     speculative_tokens: int = 2
     # Drafts only in steps with at most this many decoding sequences (None = any number). A draft row costs
     # about what a decode row costs once a step has a few rows (the kernels turn compute bound), so with
     # several decodes a draft that is rejected, or even accepted, loses to plain decoding; a lone decode is
     # bound by reading the weights and its draft rows come almost free. As vLLM's
-    # speculative_disable_by_batch_size; 1 measured best on all three catalog models here (README).
+    # speculative_disable_by_batch_size; 1 measured best on all three catalog models here (docs/benchmarks.md).
     speculative_max_batch: int | None = 1
     # Draft-model speculative decoding (engine/draft_model.py): a smaller model with the same vocabulary
     # proposes drafts the target verifies (exact, as prompt lookup). A catalog name or a path; "auto": the

@@ -88,7 +88,8 @@ class SamplingParams:
     priority: int = 0
 
     def __post_init__(self) -> None:
-        # Normalise list-like inputs so the dataclass stays hashable and immutable.
+        # The one place these are normalised (every edge hands them over as it got them): a string, a list or
+        # None -> a tuple, so the dataclass stays hashable and immutable.
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop or ()))

@@ -32,7 +32,8 @@ PROGRAMS = {
                                                           "(--grammar: mask cost vs the default decode step)"),
     "neighbour": ("haltwise_bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
     "footprint": ("haltwise_bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
-    "kv": ("haltwise_bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
+    "kv": ("haltwise_bench.kv_speed",
+           "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
     "spec": ("haltwise_bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
     "floor": ("haltwise_bench.floor", "single-stream decode tok/s against the host's read-bandwidth floor "
                                       "(bytes a token / measured bandwidth), speculation off and on"),

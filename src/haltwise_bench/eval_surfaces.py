@@ -81,10 +81,12 @@ def messages_checks(claude: Any, model: str) -> dict[str, Callable[[], None]]:
         _need(m.stop_reason == "tool_use" and uses and uses[0].name == "get_weather" and "city" in uses[0].input,
               f"{m.stop_reason}, {m.content}")
         msgs += [{"role": "assistant", "content": [b.model_dump(exclude_none=True) for b in m.content]},
-                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id, "content": "18C, sunny"}]}]
+                 {"role": "user", "content": [{"type": "tool_result", "tool_use_id": uses[0].id,
+                                               "content": "18C, sunny"}]}]
         a = claude.messages.create(model=model, max_tokens=60, messages=msgs, tools=tools, tool_choice={"type": "none"},
                                    extra_body=GREEDY)
-        _need(a.stop_reason == "end_turn" and a.content and a.content[0].type == "text", f"{a.stop_reason}, {a.content}")
+        _need(a.stop_reason == "end_turn" and a.content and a.content[0].type == "text",
+              f"{a.stop_reason}, {a.content}")
 
     def error_shape() -> None:
         import anthropic
@@ -121,9 +123,11 @@ def responses_checks(oai: Any, model: str) -> dict[str, Callable[[], None]]:
         r = oai.responses.create(model=model, input=ASK_WEATHER, tools=tools, max_output_tokens=60, temperature=0)
         calls = [it for it in r.output if it.type == "function_call"]
         _need(calls and calls[0].name == "get_weather" and "city" in json.loads(calls[0].arguments), f"{r.output}")
-        follow = oai.responses.create(model=model, tools=tools, tool_choice="none", max_output_tokens=60, temperature=0, input=[
+        follow = oai.responses.create(model=model, tools=tools, tool_choice="none", max_output_tokens=60,
+                                      temperature=0, input=[
             {"role": "user", "content": ASK_WEATHER},
-            {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather", "arguments": calls[0].arguments},
+            {"type": "function_call", "call_id": calls[0].call_id, "name": "get_weather",
+             "arguments": calls[0].arguments},
             {"type": "function_call_output", "call_id": calls[0].call_id, "output": "18C, sunny"}])
         _need(follow.status == "completed" and follow.output_text, f"{follow.status}, {follow.output_text!r}")
 

@@ -33,7 +33,8 @@ PEER_CTX = 4096            # llama-server's context (one slot): the tool definit
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"a GGUF file or a named model (default {DEFAULT_MODEL})")
+    parser.add_argument("--model", default=DEFAULT_MODEL,
+                        help=f"a GGUF file or a named model (default {DEFAULT_MODEL})")
     parser.add_argument("--max-tokens", type=int, default=192, help="per answer, both servers")
     parser.add_argument("--prompts", default=None, help="a JSONL tool prompt set (default: the shipped one)")
     parser.add_argument("--catalog", default=None, help="the tool catalog JSON the prompts name (default: shipped)")
@@ -150,15 +151,16 @@ def _share(part: int, whole: int) -> str:
 
 def format_summary(summaries: list[dict[str, Any]], args: argparse.Namespace, skipped: str | None) -> str:
     model = "tiny (random)" if args.tiny else args.model
-    head = (f"{'server':<10} {'prompts':>7} {'errors':>6} {'valid calls':>15} {'right tool':>14} {'exact':>6} {'cut':>4} "
-            f"{'bad struct':>10} {'call text':>9} {'p50 s':>6}  finish reasons")
+    head = (f"{'server':<10} {'prompts':>7} {'errors':>6} {'valid calls':>15} {'right tool':>14} {'exact':>6} "
+            f"{'cut':>4} {'bad struct':>10} {'call text':>9} {'p50 s':>6}  finish reasons")
     lines = [f"eval-tools: {model}, greedy, max_tokens {args.max_tokens}" +
              (f"  [llama-server skipped: {skipped}]" if skipped else ""), head, "-" * len(head)]
     for s in summaries:
         finishes = ", ".join(f"{k} {v}" for k, v in s["finish_reasons"].items())
         p50 = "-" if s["latency_p50_s"] is None else f"{s['latency_p50_s']:.1f}"
         lines.append(f"{s['server']:<10} {s['prompts']:>7} {s['errors']:>6} {_share(s['valid_calls'], s['calls']):>15} "
-                     f"{_share(s['right_tool'], s['prompts']):>14} {s['exact_calls']:>6} {s['cut_calls']:>4} {s['invalid_structure']:>10} "
+                     f"{_share(s['right_tool'], s['prompts']):>14} {s['exact_calls']:>6} {s['cut_calls']:>4} "
+                     f"{s['invalid_structure']:>10} "
                      f"{s['call_like_content']:>9} {p50:>6}  {finishes}")
     return "\n".join(lines)
 

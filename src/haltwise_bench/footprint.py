@@ -151,7 +151,8 @@ def run(args: argparse.Namespace) -> int:
     for r in rows:
         ours, peer = r["haltwise"], r.get("llama.cpp") or {}
         ready = f"{ours['ready_s']:.1f}" + (f" / {peer['ready_s']:.1f} = {r['ready_s_ratio']}x" if peer else "")
-        rss = f"{ours['peak_rss_mib']:.0f}" + (f" / {peer['peak_rss_mib']:.0f} = {r['peak_rss_mib_ratio']}x" if peer else "")
+        rss = f"{ours['peak_rss_mib']:.0f}" + (
+            f" / {peer['peak_rss_mib']:.0f} = {r['peak_rss_mib_ratio']}x" if peer else "")
         first = f"  (first start {r['haltwise_first_ready_s']:.1f} s)" if "haltwise_first_ready_s" in r else ""
         first += "" if ours["settled"] else f"  (haltwise's pool still committing after {SETTLE_S:.0f} s)"
         first += "  starts: " + " ".join(f"{t:.1f}" for t in ours["ready_s_each"]) + (

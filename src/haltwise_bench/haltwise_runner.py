@@ -76,9 +76,9 @@ class HaltwiseRunner:
 def sibling_engine(engine: LLMEngine, **config_changes) -> LLMEngine:
     """A second engine over the same weights and tokenizer with some EngineConfig fields changed
     (e.g. enable_chunked_prefill=False); it has its own KV pool and scheduler."""
-    return LLMEngine(engine_model(engine), engine.model_config, engine.tokenizer, replace(engine.config, **config_changes),
-                     engine.max_model_len, generation_eos_ids=tuple(engine.eos_token_ids),
-                     default_timeout=engine.default_timeout)
+    return LLMEngine(engine_model(engine), engine.model_config, engine.tokenizer,
+                     replace(engine.config, **config_changes), engine.max_model_len,
+                     generation_eos_ids=tuple(engine.eos_token_ids), default_timeout=engine.default_timeout)
 
 
 def engine_model(engine: LLMEngine):

@@ -26,7 +26,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--kv-dtypes", default=",".join(KV_DTYPES), help="comma list; float32 is the reference")
     parser.add_argument("--clients", type=int, nargs="+", default=[1, 32], help="scenarios: concurrent requests")
     parser.add_argument("--tokens", type=int, default=None, help="new tokens per request (default 128; --quick 48)")
-    parser.add_argument("--context", type=int, default=None, help="prompt tokens per request (default 512; --quick 128)")
+    parser.add_argument("--context", type=int, default=None,
+                        help="prompt tokens per request (default 512; --quick 128)")
 
 
 def run(args: argparse.Namespace) -> int:

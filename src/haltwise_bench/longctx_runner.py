@@ -61,7 +61,8 @@ def set_rope(model: LlamaForCausalLM, rope_scaling: dict[str, Any] | None, lengt
 class SingleSequence:
     """A KV pool holding one sequence of up to `capacity` tokens; `step` appends a chunk of it."""
 
-    def __init__(self, model: LlamaForCausalLM, capacity: int, block_size: int = 16, kv_dtype: str | None = None) -> None:
+    def __init__(self, model: LlamaForCausalLM, capacity: int, block_size: int = 16,
+                 kv_dtype: str | None = None) -> None:
         dtype = kv_dtype or str(model.model.embed_tokens.weight.dtype).removeprefix("torch.")
         config = model.config
         self.model, self.block_size = model, block_size

@@ -103,7 +103,8 @@ def run(args: argparse.Namespace) -> int:
                         with Neighbour(busy if load == "busy" else 0, args.busy_limit):
                             rate = timed(clients)
                         samples.setdefault((pool, threads, clients, load), []).append(rate)
-                        progress(f"repeat {repeat}: {pool}, {threads} threads, {clients} clients, {load}: {rate:.1f} tok/s")
+                        progress(f"repeat {repeat}: {pool}, {threads} threads, {clients} clients, {load}: "
+                                 f"{rate:.1f} tok/s")
     if native is not None:
         native._pool_use_torch(False)
     records = neighbour_records(samples, repeats, busy, tokens)

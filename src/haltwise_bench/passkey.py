@@ -42,7 +42,8 @@ def build_prompt(tokenizer, text_ids: list[int], key: str, depth: float, max_pro
         content = PREFACE + haystack[:cut] + "\n" + needle + "\n" + haystack[cut:] + QUESTION
         rendered = tokenizer.apply_chat_template([{"role": "user", "content": content}], add_generation_prompt=True)
         head = rendered[:rendered.index(needle)]
-        return tokenizer.encode(rendered, add_special_tokens=False), len(tokenizer.encode(head, add_special_tokens=False))
+        head_len = len(tokenizer.encode(head, add_special_tokens=False))
+        return tokenizer.encode(rendered, add_special_tokens=False), head_len
 
     overhead = len(render("")[0])
     budget = max_prompt_tokens - overhead

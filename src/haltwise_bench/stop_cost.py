@@ -147,7 +147,8 @@ def run(num_tokens: int, num_stops: int, text_path: Path | None, repeats: int, s
 
 def format_table(r: dict) -> str:
     rows = [("approach", "median ns/token", "last 10% ns/token"),
-            ("SequenceStopper (Aho-Corasick)", f"{r['stopper_median_ns']:.0f}", f"{r['stopper_last10pct_median_ns']:.0f}"),
+            ("SequenceStopper (Aho-Corasick)", f"{r['stopper_median_ns']:.0f}",
+             f"{r['stopper_last10pct_median_ns']:.0f}"),
             ("naive re-search", f"{r['naive_median_ns']:.0f}", f"{r['naive_last10pct_median_ns']:.0f}"),
             ("per-stop tail search (vLLM-style)", f"{r['tail_search_median_ns']:.0f}", ""),
             ("ratio naive / stopper", f"{r['ratio_median']:.1f}x", f"{r['ratio_last10pct']:.1f}x"),

@@ -170,13 +170,15 @@ def build_report(results: list[Result], issued: int, wall_s: float, config: dict
         "no_kv_blocks_leaked": server["kv_blocks_used_after_drain"] == 0,
         "idle_after_drain": server["requests_running_after_drain"] == 0 and server["requests_waiting_after_drain"] == 0,
         "breaker_closed_after_drain": server["breaker_state_after_drain"] == 0,
-        "no_server_cancels_beyond_client_disconnects": finished.get("cancelled", 0) <= by_outcome["cancelled_by_client"],
+        "no_server_cancels_beyond_client_disconnects":
+            finished.get("cancelled", 0) <= by_outcome["cancelled_by_client"],
         "server_counters_match_client": counters_agree(by_outcome, finished, rejected, issued),
         "every_request_accounted_once": sum(by_outcome.values()) == issued == len(results),
     }
     return {
         "config": config,
-        "requests": {"issued": issued, "accounted": sum(by_outcome.values()), "by_outcome": dict(sorted(by_outcome.items())),
+        "requests": {"issued": issued, "accounted": sum(by_outcome.values()),
+                     "by_outcome": dict(sorted(by_outcome.items())),
                      "by_kind": by_kind, "streaming": sum(r.stream for r in results),
                      "valid_refused": refused_valid, "valid_settled": settled_valid,
                      "valid_4xx_codes": dict(Counter(str(r.code) for r in valid if r.outcome == "rejected/4xx"))},
@@ -237,7 +239,8 @@ def format_report(report: dict[str, Any]) -> str:
     lines.append(f"  server: preemptions {_g(srv['preemptions'])}, finished {srv['finished_by_termination']}, "
                  f"rejected {srv['rejected_by_reason']}")
     lines.append(f"  after drain: kv blocks used {_g(srv['kv_blocks_used_after_drain'])}/{_g(srv['kv_blocks_total'])}, "
-                 f"running {_g(srv['requests_running_after_drain'])}, waiting {_g(srv['requests_waiting_after_drain'])}, "
+                 f"running {_g(srv['requests_running_after_drain'])}, "
+                 f"waiting {_g(srv['requests_waiting_after_drain'])}, "
                  f"breaker {_g(srv['breaker_state_after_drain'])}")
     if srv["missing_metrics"]:
         lines.append(f"  missing metrics: {', '.join(srv['missing_metrics'])}")

@@ -112,7 +112,8 @@ def score(prompt: ToolPrompt, answer: Answer) -> dict[str, Any]:
     """The per-answer verdicts (module docstring)."""
     if answer.error is not None:
         return {"error": True, "calls": 0, "cut_calls": 0, "valid_calls": 0, "right_tool": False,
-                "exact_calls": False, "invalid_structure": False, "call_like_content": False, "problems": [answer.error]}
+                "exact_calls": False, "invalid_structure": False, "call_like_content": False,
+                "problems": [answer.error]}
     cut = answer.finish_reason == "length"
     counted = [] if cut else answer.calls
     problems = [p for p in (call_problem(prompt, n, a) for n, a in counted) if p]

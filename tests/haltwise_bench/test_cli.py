@@ -6,7 +6,8 @@ from haltwise.cli import build_parser, main
 
 def test_bench_subcommands_parse():
     parser = build_parser()
-    args = parser.parse_args(["bench", "engine", "--quick", "--repeats", "2", "--json", "x.json", "--dtype", "bfloat16"])
+    args = parser.parse_args(["bench", "engine", "--quick", "--repeats", "2", "--json", "x.json",
+                              "--dtype", "bfloat16"])
     assert (args.bench, args.quick, args.repeats, args.json, args.dtype) == ("engine", True, 2, "x.json", "bfloat16")
     args = parser.parse_args(["bench", "peers", "--concurrency", "1", "8", "--png", "p.png"])
     assert args.concurrency == [1, 8] and args.png == "p.png"

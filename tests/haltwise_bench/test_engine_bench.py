@@ -46,7 +46,8 @@ def test_label_says_what_the_engine_runs():
     from haltwise.config import EngineConfig
 
     assert engine_label(EngineConfig(dtype="auto")).startswith("dtype auto: float32 activations and KV, each linear")
-    assert engine_label(EngineConfig(dtype="float32")) == "dtype float32: every linear, activation and the KV cache in float32"
+    assert engine_label(EngineConfig(dtype="float32")) == \
+        "dtype float32: every linear, activation and the KV cache in float32"
 
 
 def test_order_alternates_even_with_one_repeat():

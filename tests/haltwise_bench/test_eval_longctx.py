@@ -119,7 +119,8 @@ def test_passkey_prompt_fits_and_hides_the_key_at_depth(tok, depth):
     p = passkey.build_prompt(tok, ids, "12345", depth, 2000)
     assert 1990 <= len(p.prompt_ids) <= 2000
     text = tok.decode(p.prompt_ids, skip_special_tokens=False)
-    assert text.startswith("<|im_start|>user\n") and text.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\n")
+    assert text.startswith("<|im_start|>user\n")
+    assert text.endswith("What is the pass key?<|im_end|>\n<|im_start|>assistant\n")
     assert text.count("The pass key is 12345. Remember it.") == 1
     assert abs(p.needle_token / len(p.prompt_ids) - depth) < 0.1
 

@@ -120,7 +120,8 @@ def test_strategy_f_constrains_only_json_prompts_and_g_picks_presets_itself():
 
     prompts = {p.kind: p for p in load_prompt_set()}
     f_json = strategy_params("f", prompts["json"], 64, 30.0)
-    assert f_json.structured_outputs is not None and json.loads(f_json.structured_outputs.json) == prompts["json"].check["schema"]
+    assert f_json.structured_outputs is not None
+    assert json.loads(f_json.structured_outputs.json) == prompts["json"].check["schema"]
     bare = dataclasses.replace(prompts["json"], check={"type": "json"})  # no schema: any JSON object
     assert strategy_params("f", bare, 64, 30.0).structured_outputs.json_object
     assert strategy_params("f", prompts["list"], 64, 30.0).structured_outputs is None

@@ -22,7 +22,8 @@ def test_every_tensor_kind_is_timed_in_both_layouts(capsys):
         row = next(line for line in out.splitlines() if line.startswith(name))
         assert len(re.findall(r"\(\d+\.\d+x\)", row)) == 2, row        # plain / X8 ratio at 1 and 3 rows
     for rows in (1, 3):
-        line = next(line for line in out.splitlines() if line.startswith(f"share of the step's linear time at {rows} rows"))
+        head = f"share of the step's linear time at {rows} rows"
+        line = next(line for line in out.splitlines() if line.startswith(head))
         shares = [int(p) for p in re.findall(r" (\d+)%", line)]
         assert len(shares) == len(counts) and 95 <= sum(shares) <= 105, line
 

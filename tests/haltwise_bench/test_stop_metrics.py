@@ -64,7 +64,8 @@ def test_summary_numbers_against_independent_content_ends():
     ends = reference_content_ends(reference, CHECKS, by_chars)
     list_end = LIST.index("- c") + 3
     assert ends == {"p1": ContentEnd(8, 8), "p2": ContentEnd(None, None), "p3": ContentEnd(list_end, list_end)}
-    runaway = [g("p1", "json", "max_tokens", '{"a": 1} ok' + "x" * 53, 4.0), g("p2", "loop", "max_tokens", "la " * 20, 2.0),
+    runaway = [g("p1", "json", "max_tokens", '{"a": 1} ok' + "x" * 53, 4.0),
+               g("p2", "loop", "max_tokens", "la " * 20, 2.0),
                g("p3", "list", "max_tokens", LIST + "y" * 20, 3.0)]
     s = summarize("a", runaway, ends, CHECKS)
     assert s["judged_prompts"] == 2 and s["completeness"] == 1.0 and s["false_cuts"] == 0

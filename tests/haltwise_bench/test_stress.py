@@ -65,7 +65,8 @@ GOOD = [Result("valid", "completed/eos", 200, False, None, 0.1, 5, max_tokens=8,
         Result("invalid", "rejected/4xx", 400, False)]
 
 
-BEFORE = {k: v for k, v in IDLE.items() if not k[0].startswith(("haltwise_requests_finished", "haltwise_requests_rejected"))}
+BEFORE = {k: v for k, v in IDLE.items()
+          if not k[0].startswith(("haltwise_requests_finished", "haltwise_requests_rejected"))}
 
 
 def _report(results, after=IDLE, **kw):
@@ -76,7 +77,8 @@ def test_outcomes_and_a_good_report() -> None:
     assert outcome_for_status(503, "overloaded", True) == "rejected/503"
     assert outcome_for_status(503, "engine_error", False) == "error/5xx"
     assert outcome_for_status(500, "internal_error", False) == "error/5xx"
-    assert outcome_for_status(429, None, True) == "rejected/429" and outcome_for_status(413, None, False) == "rejected/4xx"
+    assert outcome_for_status(429, None, True) == "rejected/429"
+    assert outcome_for_status(413, None, False) == "rejected/4xx"
     samples = parse_metrics('# HELP x\nhaltwise_kv_blocks_used 3.0\nhaltwise_requests_finished_total'
                             '{finish_reason="stop",termination_reason="eos"} 2.0\n')
     assert samples[("haltwise_kv_blocks_used", ())] == 3.0
@@ -100,8 +102,9 @@ def _metrics(**over) -> dict:
     ("a request not accounted", GOOD[:1], IDLE, "server_counters_match_client"),
     ("a missing gauge (read as 0 before)", GOOD, _metrics(haltwise_kv_blocks_used=None), "every_metric_present"),
     ("an open breaker", GOOD, _metrics(haltwise_engine_breaker_state="2"), "breaker_closed_after_drain"),
-    ("every valid request refused", [Result("valid", "rejected/503", 503, False, code="overloaded", retry_after=True)] * 3
-     + GOOD[1:], _metrics(), "valid_requests_served"),
+    ("every valid request refused",
+     [Result("valid", "rejected/503", 503, False, code="overloaded", retry_after=True)] * 3 + GOOD[1:], _metrics(),
+     "valid_requests_served"),
     ("temperature 5 accepted", GOOD[:1] + [Result("invalid", "completed/eos", 200, False, None, 0.1, 3)], IDLE,
      "invalid_requests_get_4xx"),
     ("an oversize prompt truncated", GOOD + [Result("oversize", "completed/max_tokens", 200, False, None, 0.1, 4)],
@@ -122,7 +125,8 @@ def test_each_invariant_fails_on_its_fault(fault, results, after, broken) -> Non
 
 def test_server_cancels_beyond_client_disconnects_fail() -> None:
     after = parse_metrics("\n".join(f"{k} {v}" for (k, _), v in _metrics().items() if "finished" not in k)
-                          + '\nhaltwise_requests_finished_total{finish_reason="none",termination_reason="cancelled"} 1\n'
+                          + '\nhaltwise_requests_finished_total'
+                            '{finish_reason="none",termination_reason="cancelled"} 1\n'
                           + 'haltwise_requests_finished_total{finish_reason="stop",termination_reason="eos"} 1\n')
     report = _report(GOOD, after)
     assert not report["invariants"]["no_server_cancels_beyond_client_disconnects"]

@@ -40,9 +40,6 @@ from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
 
-# Plain-text markers of a next chat turn, for the `turn` stop preset (special tokens never reach the text).
-TURN_MARKERS = ("<|im_start|>", "\nUser:", "\nuser:", "\nHuman:", "\n### Instruction")
-
 
 @dataclass
 class EngineStats:
@@ -195,7 +192,7 @@ class LLMEngine:
                        arrival_time=arrival, deadline=arrival + timeout if timeout else None)
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
         stopper = SequenceStopper(params, self.eos_token_ids, self.special_token_texts, len(prompt),
-                                  self.max_model_len, TURN_MARKERS)
+                                  self.max_model_len)   # the `turn` preset's markers: stopping/presets.py
         state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
                                generator, CompletionOutput(index=index),
                                logprobs=[] if params.logprobs is not None else None)

@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from haltwise.kernels.formats import LinearSource
 from haltwise.kernels.plan import BUCKETS, VerifyReport, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
 
@@ -70,7 +71,7 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
     return worst, None
 
 
-def verify_model(model: nn.Module, sources: dict[str, "LinearSource"], captured: dict[str, torch.Tensor], replan,
+def verify_model(model: nn.Module, sources: dict[str, LinearSource], captured: dict[str, torch.Tensor], replan,
                  max_rows: int = BUCKETS[-1]) -> VerifyReport:
     """Check every PlannedLinear of the model up to max_rows; replan(name) swaps a failing one for its fallback.
 

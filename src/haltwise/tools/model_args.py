@@ -29,7 +29,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kv-cache-dtype", default="auto", choices=list(KV_CACHE_DTYPES),
                    help="how the KV cache stores keys and values: auto (default): int8 under --dtype auto, else "
                         "the activations' dtype; int8 (a float32 scale per head row, ~3.8x smaller than "
-                        "float32), bfloat16, float32. See the README's \"KV cache dtype\" for the measured quality")
+                        "float32), bfloat16, float32. See docs/benchmarks.md, \"KV cache quality\"")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
@@ -54,7 +54,7 @@ def add_model_arguments(p: argparse.ArgumentParser) -> None:
                         "Default: one batch-invariant format per linear and every step through the native stack")
     p.add_argument("--speculative-tokens", type=int, default=2, metavar="K",
                    help="prompt-lookup speculative decoding: verify up to K n-gram draft tokens per decode step "
-                        "(exact: the same tokens as without it; default 2, 0 = off). See the README's "
+                        "(exact: the same tokens as without it; default 2, 0 = off). See docs/benchmarks.md, "
                         "\"Speculative decoding\" for the measured speed-up")
     p.add_argument("--speculative-max-batch", type=batch_limit, default=1, metavar="N",
                    help="draft only in steps with at most N decoding sequences (default 1; 'none' = any "

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.sampling_params import ParamError
 from haltwise.server.chat_core import ChatDelta, ChatResult
 from haltwise.server.surfaces.anthropic_messages import MessageEvents, message_body, tool_use_blocks
 from haltwise.server.surfaces.anthropic_protocol import MessagesRequest

@@ -197,7 +197,7 @@ class MessagesRequest(_Conversation):
         budget, template_kwargs = self.thinking_settings(self.max_tokens)
         params = SamplingParams(
             max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p or 1.0,
-            top_k=self.top_k if self.top_k else -1, stop=tuple(self.stop_sequences or ()), seed=self.seed,
+            top_k=self.top_k if self.top_k else -1, stop=self.stop_sequences, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             repetition_detection=loop_detection(self.repetition_detection),
             split_reasoning=True, max_reasoning_tokens=budget)

@@ -1,6 +1,6 @@
 """OpenAI-compatible request bodies (pydantic, HTTP edge only) and their conversion to SamplingParams.
 
-Per OpenAI field, one of three decisions (README lists them too):
+Per OpenAI field, one of three decisions (docs/openai.md lists them too):
 - accepted: model, prompt, messages, max_tokens, max_completion_tokens, temperature, top_p, n, stream,
   stream_options.include_usage, stop, seed, frequency_penalty, presence_penalty, logprobs, top_logprobs,
   echo (with logprobs: the prompt's tokens scored too; max_tokens 0 then scores the prompt only),
@@ -99,7 +99,7 @@ class _GenerationRequest(Strict):
             seed=self.seed, repetition_penalty=self.repetition_penalty,
             frequency_penalty=self.frequency_penalty, presence_penalty=self.presence_penalty,
             max_tokens=max_tokens, min_tokens=self.min_tokens,
-            stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
+            stop=self.stop,   # SamplingParams normalises (str | list | None -> tuple)
             stop_token_ids=tuple(self.stop_token_ids or ()), stop_presets=tuple(self.stop_presets or ()),
             stop_boundary=self.stop_boundary,
             include_stop_str_in_output=self.include_stop_str_in_output, ignore_eos=self.ignore_eos,

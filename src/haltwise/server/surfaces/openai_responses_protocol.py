@@ -162,7 +162,7 @@ class ResponsesRequest(_Strict):
             max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             repetition_detection=loop_detection(self.repetition_detection),
-            stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
+            stop=self.stop,   # SamplingParams normalises (str | list | None -> tuple)
             structured_outputs=self._structure(), logit_bias=parse_logit_bias(self.logit_bias or {}))
         return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
                         self.parallel_tool_calls, template_kwargs=template_kwargs(None, effort))
