@@ -5,11 +5,9 @@ a foreign entry in the directory; the directory never holds more than its budget
 """
 from __future__ import annotations
 
-import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx

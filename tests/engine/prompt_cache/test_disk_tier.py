@@ -1,7 +1,6 @@
 """DiskTier: budget and LRU (hypothesis), rebuild from files, and every bad entry skipped and removed."""
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
