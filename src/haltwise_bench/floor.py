@@ -21,7 +21,6 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import replace
 
 import torch
 

@@ -43,7 +43,6 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
     w = weight.float()                                  # are computed once per distinct row, then tiled
     abs_unique = unique.abs() @ w.abs().T
     ref = _rows(F.linear(unique, w), top)                               # (rows, out)
-    abs_dot = _rows(abs_unique, top)
     bounds: dict[str, torch.Tensor] = {}
     outputs: dict[str, torch.Tensor] = {}
     worst = 0.0
