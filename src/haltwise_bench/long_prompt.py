@@ -50,7 +50,7 @@ class DecodeStream(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        body = {"model": self.model, "prompt": STREAM_PROMPT + [self.index + 100], "max_tokens": 100000,
+        body = {"model": self.model, "prompt": STREAM_PROMPT + [self.index + 100],   # max_tokens: the window
                 "temperature": 0.0, "ignore_eos": True, "stream": True}
         try:
             with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=None) as r:
