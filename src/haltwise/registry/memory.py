@@ -20,7 +20,6 @@ from __future__ import annotations
 import ctypes
 import gc
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable

@@ -20,13 +20,13 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
 from haltwise.errors import EngineFailure, HaltwiseError, ModelNotFound, Overloaded
 from haltwise.registry.durations import FOREVER, describe
 from haltwise.registry.entry import ModelEntry, Status
+from haltwise.registry.lease import InsufficientMemory, Lease, in_daemon_thread
 from haltwise.registry.memory import (LoadEstimate, MemoryBudget, mib, resident_bytes, return_freed_memory)
 from haltwise.registry.metrics import RegistryMetrics
 from haltwise.registry.unload import unload_engine
@@ -35,37 +35,6 @@ log = logging.getLogger("haltwise.registry")
 REAP_EVERY_S = 0.25
 Loader = Callable[[Path, LoadEstimate], Any]          # (path, estimate) -> an AsyncEngine, not started (blocking)
 Estimator = Callable[[Path, int], LoadEstimate]       # (path, free bytes) -> the estimate
-
-
-class InsufficientMemory(HaltwiseError):
-    """The model cannot fit, even with every idle model unloaded (503)."""
-
-    status = 503
-    type = "server_error"
-    code = "insufficient_memory"
-
-
-@dataclass(eq=False)
-class Lease:
-    """One request's hold on a loaded model: the model is not unloaded before release()."""
-
-    registry: "ModelRegistry"
-    entry: ModelEntry
-    waited_s: float = 0.0           # time this request waited for the load (part of its time to first token)
-    released: bool = False
-
-    @property
-    def engine(self) -> Any:
-        return self.entry.engine
-
-    @property
-    def name(self) -> str:
-        return self.entry.name
-
-    def release(self) -> None:
-        if not self.released:
-            self.released = True
-            self.registry._release(self.entry)
 
 
 class ModelRegistry:
@@ -182,7 +151,7 @@ class ModelRegistry:
             before, t0 = resident_bytes(), time.monotonic()
             entry.estimate = estimate        # counted as held by the loads that make room after this one
             log.info("loading %s: estimated %s", entry.name, estimate.describe())
-            engine = await asyncio.to_thread(self.loader, entry.path, estimate)
+            engine = await in_daemon_thread(self.loader, entry.path, estimate)
             await engine.start()
             entry.engine, entry.estimate, entry.status = engine, estimate, Status.LOADED
             entry.load_seconds, entry.resident_delta = time.monotonic() - t0, resident_bytes() - before

@@ -225,7 +225,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     """OpenAI Responses, stateless; the termination record rides along as `termination`."""
     served = await begin(request, body)
     builder = ResponseBuilder(body, served.name)
-    call = await run_in_threadpool(ChatCall, served, request, builder.id, body.to_turn())   # template rendering: off the loop
+    call = await run_in_threadpool(ChatCall, served, request, builder.id, body.to_turn())   # template: off the loop
 
     async def final() -> dict[str, Any]:
         return builder.final(await call.result())
