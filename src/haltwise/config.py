@@ -38,7 +38,7 @@ class ModelConfig:
     rope_scaling: dict[str, Any] | None = None  # Hugging Face `rope_scaling` dict, or None
     bos_token_id: int | None = None
     eos_token_ids: tuple[int, ...] = ()        # from the model/generation config only
-    # Family and per-model differences (models/architectures.py states what each family changes):
+    # Family and per-model differences (architectures.py states what each family changes):
     architecture: str = "llama"                 # registry key: llama, qwen2, qwen3, gemma3
     qkv_bias: bool = False                      # q/k/v projections carry a bias (qwen2)
     hidden_act: str = "silu"                    # gated-MLP activation: silu or gelu_pytorch_tanh

@@ -44,7 +44,7 @@ EXPECTED = {"short_answer": ("line",), "list": ("paragraph",), "json": ("json",)
 
 
 def eval_prompts():
-    path = resources.files("haltwise.data").joinpath("stop_prompts.jsonl")
+    path = resources.files("haltwise_bench.data").joinpath("stop_prompts.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

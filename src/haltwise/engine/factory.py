@@ -22,7 +22,7 @@ from haltwise.kernels.native import build as native_kernels
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.plan import KernelPlan
 from haltwise.models.calibration import CALIBRATION_TEXT, capture_inputs
-from haltwise.models.gguf_metadata import open_gguf
+from haltwise.gguf.metadata import open_gguf
 from haltwise.models.loader import load_model
 from haltwise.models.native_decode import NativeDecode
 from haltwise.paused_gc import paused_gc

@@ -27,8 +27,8 @@ from gguf import GGMLQuantizationType
 
 from haltwise.config import ModelConfig
 from haltwise.kernels.formats import GGUFShard, LinearSource
-from haltwise.models.gguf_file import GGUFFile
-from haltwise.models.gguf_reader import hf_name, open_gguf, unpermute_qk
+from haltwise.gguf.file import GGUFFile
+from haltwise.gguf.reader import hf_name, open_gguf, unpermute_qk
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 # HF leaf -> (fused linear leaf, shard position)

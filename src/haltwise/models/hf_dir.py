@@ -10,8 +10,8 @@ import torch
 from safetensors import safe_open
 
 from haltwise.config import ModelConfig
-from haltwise.models.architectures import ArchOptions, family_of, window_pattern
-from haltwise.models.errors import ModelLoadError
+from haltwise.architectures import ArchOptions, family_of, window_pattern
+from haltwise.errors import ModelLoadError
 
 
 def _read_json(path: Path) -> dict[str, Any]:

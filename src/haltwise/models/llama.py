@@ -1,5 +1,5 @@
 """The decoder layers every family shares, over a paged KV cache: Attention -> MLP -> DecoderLayer ->
-Model -> ForCausalLM. What a family changes is an ArchOptions entry (models/architectures.py) plus
+Model -> ForCausalLM. What a family changes is an ArchOptions entry (architectures.py) plus
 per-model numbers in ModelConfig; this file reads those options and never names a family.
 
 Attribute names follow Hugging Face (model.embed_tokens, model.layers[i].self_attn.o_proj, ...), except
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from haltwise.config import ModelConfig
-from haltwise.models.architectures import ArchOptions, arch_options
+from haltwise.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
 from haltwise.models.weights import WeightLoading

@@ -105,7 +105,8 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
 
 def read_model_config(model: str | None):
     """(path, ModelConfig) of a GGUF file or HF directory, without loading weights."""
-    from haltwise.models import gguf_reader, hf_dir
+    from haltwise.gguf import reader as gguf_reader
+    from haltwise.models import hf_dir
     from haltwise.models.catalog import resolve_model
 
     path = resolve_model(model)
