@@ -29,6 +29,8 @@ PROGRAMS = {
     "neighbour": ("haltwise_bench.neighbour", "decode tok/s quiet vs beside one busy process per spare core"),
     "footprint": ("haltwise_bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise_bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
+    "models": ("haltwise_bench.models_bench", "several models from one server: first-request TTFT (cold/warm page "
+                                              "cache), switch time, loaded TTFT"),
     "spec": ("haltwise_bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
     "kernels": ("haltwise_bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from haltwise.models import gguf_metadata
+from haltwise.gguf import metadata as gguf_metadata
 
 
 async def unload_engine(engine: Any) -> None:
