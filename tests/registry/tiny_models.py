@@ -14,11 +14,16 @@ from haltwise.registry.registry import ModelRegistry
 ESTIMATE = LoadEstimate(weights=4 << 20, kv_pool=8 << 20, caches=4 << 20)
 
 
-def build_tiny(path: Path, estimate: LoadEstimate) -> Any:
+def build_tiny(path: Path, estimate: LoadEstimate, max_model_len: int = 256) -> Any:
     from haltwise.engine.async_engine import AsyncEngine
 
-    return AsyncEngine.build(engine_config=EngineConfig(kv_cache_memory=estimate.kv_pool, max_model_len=256),
+    return AsyncEngine.build(engine_config=EngineConfig(kv_cache_memory=estimate.kv_pool, max_model_len=max_model_len),
                              tiny=True)
+
+
+def build_long(path: Path, estimate: LoadEstimate) -> Any:
+    """A tiny engine with a 16k window: a stream of thousands of tokens stays in flight for seconds."""
+    return build_tiny(path, LoadEstimate(estimate.weights, 64 << 20, estimate.caches), max_model_len=16384)
 
 
 def tiny_registry(names: list[str], loader: Any = build_tiny, **kwargs: Any) -> ModelRegistry:
