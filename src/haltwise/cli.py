@@ -12,6 +12,7 @@ from haltwise.paused_gc import paused_gc
 COMMANDS = {
     "serve": ("haltwise.server.serve", "serve the OpenAI-compatible HTTP API"),
     "generate": ("haltwise.tools.generate", "generate text for one prompt, streamed to stdout"),
+    "models": ("haltwise.tools.models", "list a running server's models and their status; load or unload one"),
     "count-tokens": ("haltwise.tools.count_tokens", "count a text's tokens against the model's window"),
     "kv-estimate": ("haltwise.tools.kv_estimate", "compute KV-cache memory for a model or given dimensions"),
     "plan": ("haltwise.tools.plan",

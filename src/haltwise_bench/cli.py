@@ -34,6 +34,9 @@ PROGRAMS = {
     "footprint": ("haltwise_bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise_bench.kv_speed",
            "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
+    "kv": ("haltwise_bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
+    "models": ("haltwise_bench.models_bench", "several models from one server: first-request TTFT (cold/warm page "
+                                              "cache), switch time, loaded TTFT"),
     "spec": ("haltwise_bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
     "floor": ("haltwise_bench.floor", "single-stream decode tok/s against the host's read-bandwidth floor "
                                       "(bytes a token / measured bandwidth), speculation off and on"),

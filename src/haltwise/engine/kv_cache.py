@@ -122,13 +122,13 @@ def auto_kv_memory(bytes_per_token: int, block_size: int, max_model_len: int, ma
 
 
 def auto_pool_memory(config: ModelConfig, dtype: str, block_size: int, max_model_len: int, max_num_seqs: int,
-                     window_blocks: int = 0) -> int:
+                     window_blocks: int = 0, available: int | None = None) -> int:
     """`--kv-cache-memory auto` in bytes: the sliding layers' own pool when one is offered (window_blocks),
-    plus auto_kv_memory's share for the layers of the main pool."""
+    plus auto_kv_memory's share for the layers of the main pool (of `available` bytes; None: MemAvailable)."""
     sliding = config.num_sliding_layers if window_blocks else 0
     per_token = config.kv_bytes_per_token(dtype, config.num_layers - sliding)
     window_bytes = window_blocks * block_size * config.kv_bytes_per_token(dtype, sliding)
-    return window_bytes + auto_kv_memory(per_token, block_size, max_model_len, max_num_seqs)
+    return window_bytes + auto_kv_memory(per_token, block_size, max_model_len, max_num_seqs, available)
 
 
 def allocate_kv_caches(config: ModelConfig, budget: KVBudget, dtype: str, zeros=committed_zeros

@@ -47,6 +47,12 @@ def open_gguf(path: Path) -> GGUFFile:
     return reader
 
 
+def forget_opened() -> None:
+    """Drop the reader kept for the last file opened (its map goes with its last reference): a model
+    server unloading that model."""
+    _last_opened.clear()
+
+
 def _rope_scaling(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
     kind = _field(reader, f"{arch}.rope.scaling.type")
     factor = _field(reader, f"{arch}.rope.scaling.factor")

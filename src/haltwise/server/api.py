@@ -1,6 +1,6 @@
-"""HTTP routes that are no protocol surface: models, vLLM-style tokenize/detokenize, health, readiness,
-cluster, metrics. The generation routes are surfaces (server/surfaces/), over server/state.py and
-server/generation.py."""
+"""HTTP routes that are no protocol surface: models (list, load, unload), vLLM-style tokenize/detokenize,
+health, readiness, cluster, metrics. The generation routes are surfaces (server/surfaces/), over
+server/state.py and server/generation.py."""
 from __future__ import annotations
 
 from typing import Any
@@ -9,24 +9,64 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
+from haltwise.errors import HaltwiseError
+from haltwise.registry.entry import Status
 from haltwise.sampling_params import ParamError
 from haltwise.server.chat_prompt import chat_prompt
-from haltwise.server.limits import check_request_caps
-from haltwise.server.state import ServerState, check_model, state_of
+from haltwise.server.request_fields import Strict
+from haltwise.server.state import LOAD_WAIT_S, Served, begin, state_of
 from haltwise.server.surfaces.openai_protocol import DetokenizeRequest, TokenizeRequest
 
 router = APIRouter()
 
 
+class ModelBusy(HaltwiseError):
+    status = 409
+    code = "model_busy"
+
+
+class ModelAction(Strict):
+    """POST /models/load and /models/unload (llama-server's paths)."""
+
+    model: str
+
+
 @router.get("/v1/models")
 async def list_models(request: Request) -> dict[str, Any]:
-    st = state_of(request)
-    return {"object": "list", "data": [{"id": st.served_model_name, "object": "model", "created": 0,
-                                        "owned_by": "haltwise", "max_model_len": st.engine.max_model_len}]}
+    """Every servable model with status {"value": loaded | loading | unloaded}; a loaded one with its KV
+    capacity and the resident memory its load added."""
+    return {"object": "list", "data": state_of(request).models.listing()}
 
 
-def _check_ids(st: ServerState, ids: list[int], param: str) -> None:
-    vocab = st.engine.tokenizer.vocab_size
+@router.post("/models/load")
+async def load_model(body: ModelAction, request: Request) -> dict[str, Any]:
+    """Load a model now (unloading idle ones if it needs room); answers once it is loaded."""
+    import time
+
+    models = state_of(request).models
+    entry = await models.load(models.resolve(body.model).name, time.monotonic() + LOAD_WAIT_S)
+    return _row(models, entry.name)
+
+
+@router.post("/models/unload")
+async def unload_model(body: ModelAction, request: Request) -> dict[str, Any]:
+    """Unload a model now; 409 model_busy while requests are in flight on it."""
+    models = state_of(request).models
+    entry = models.resolve(body.model)
+    if entry.path is None:
+        raise ParamError("model", f"the model '{entry.name}' was handed to this server ready and stays loaded")
+    if entry.status is Status.LOADED and entry.in_flight:
+        raise ModelBusy(f"the model '{entry.name}' has {entry.in_flight} request(s) in flight", param="model")
+    await models.unload(entry.name, "request")
+    return _row(models, entry.name)
+
+
+def _row(models: Any, name: str) -> dict[str, Any]:
+    return next(r for r in models.listing() if r["id"] == name)
+
+
+def _check_ids(served: Served, ids: list[int], param: str) -> None:
+    vocab = served.tokenizer.vocab_size
     bad = [t for t in ids if not 0 <= t < vocab]
     if bad:
         raise ParamError(param, f"token ids must be in [0, {vocab}); got {bad[:5]}")
@@ -35,30 +75,27 @@ def _check_ids(st: ServerState, ids: list[int], param: str) -> None:
 @router.post("/tokenize")
 async def tokenize(body: TokenizeRequest, request: Request) -> dict[str, Any]:
     """vLLM-style: {prompt} or {messages} -> {count, max_model_len, tokens}."""
-    st = state_of(request)
-    check_model(st, body.model)
-    check_request_caps(body, request.app.state.caps)
-    tok = st.engine.tokenizer
+    served = await begin(request, body, admitting=False)
+    tok = served.tokenizer
     if (body.prompt is None) == (body.messages is None):
         raise ParamError("prompt", "give exactly one of 'prompt' or 'messages'")
     if body.messages is not None:
-        _, ids = await run_in_threadpool(chat_prompt, request, [{"role": m.role, "content": m.text()}
-                                                                for m in body.messages],
+        _, ids = await run_in_threadpool(chat_prompt, served, [{"role": m.role, "content": m.text()}
+                                                               for m in body.messages],
                                          add_generation_prompt=body.add_generation_prompt)
         if body.add_special_tokens:  # the tokenizer's own BOS/EOS around the chat, as encode() adds them
             ids = tok.encode("", add_special_tokens=True)[:1 if tok.bos_token_id is not None else 0] + ids
     else:
         ids = await run_in_threadpool(tok.encode, body.prompt, add_special_tokens=body.add_special_tokens is not False)
-    return {"count": len(ids), "max_model_len": st.engine.max_model_len, "tokens": ids}
+    return {"count": len(ids), "max_model_len": served.engine.max_model_len, "tokens": ids}
 
 
 @router.post("/detokenize")
 async def detokenize(body: DetokenizeRequest, request: Request) -> dict[str, Any]:
     """vLLM-style: {tokens} -> {prompt} (special tokens kept, as vLLM does)."""
-    st = state_of(request)
-    check_model(st, body.model)
-    _check_ids(st, body.tokens, "tokens")
-    return {"prompt": st.engine.tokenizer.decode(body.tokens, skip_special_tokens=False)}
+    served = await begin(request, body, admitting=False, caps=False)
+    _check_ids(served, body.tokens, "tokens")
+    return {"prompt": served.tokenizer.decode(body.tokens, skip_special_tokens=False)}
 
 
 @router.get("/health")
@@ -69,11 +106,13 @@ async def health() -> dict[str, str]:
 
 @router.get("/ready")
 async def ready(request: Request) -> JSONResponse:
-    """Readiness: model loaded, engine running, breaker not open, not draining. Unauthenticated."""
+    """Readiness: every loaded engine running, breaker not open, not draining. Unauthenticated. (Several
+    models: ready with none loaded too, since a request loads its model.)"""
     st = state_of(request)
-    engine_ready = bool(getattr(st.engine, "ready", False))
+    engines = [e.engine for e in st.models.loaded()]
+    engine_ready = all(bool(getattr(e, "ready", False)) for e in engines) and (bool(engines) or st.models.several)
     try:
-        breaker = int(st.engine.stats().breaker_state)
+        breaker = max((int(e.stats().breaker_state) for e in engines), default=0)
     except Exception:
         breaker = 0
     if engine_ready and breaker != 2 and not st.draining:
@@ -85,7 +124,8 @@ async def ready(request: Request) -> JSONResponse:
 @router.get("/cluster")
 async def cluster(request: Request) -> dict[str, Any]:
     """The replicas behind this server (`--replicas`); 404 for a single engine. Unauthenticated."""
-    cluster_state = getattr(state_of(request).engine, "cluster_state", None)
+    loaded = state_of(request).models.loaded()
+    cluster_state = getattr(loaded[0].engine, "cluster_state", None) if len(loaded) == 1 else None
     if cluster_state is None:
         raise HTTPException(404, "This server runs a single engine; /cluster needs --replicas or --ray-address")
     return await cluster_state()

@@ -2,7 +2,7 @@
 
 Guards, outermost first:
   edge_security -- Host allow-list, page headers, CORS (only with cors_origins), JSON content type only.
-  ApiKey     -- with an api key, /v1/* and /tokenize, /detokenize need `Authorization: Bearer KEY`
+  ApiKey     -- with an api key, /v1/*, /models/load, /models/unload and /tokenize, /detokenize need `Authorization: Bearer KEY`
                 or (as Anthropic's clients send it) `x-api-key: KEY`, compared in constant time, else 401. /health, /ready, /metrics, /docs and
                 /openapi.json stay unauthenticated on purpose: probes and scrapers carry no secrets.
                 With protect_metrics, /metrics and /cluster need the key too.
@@ -10,6 +10,7 @@ Guards, outermost first:
                 (client_limit.py).
   BodyDeadline -- the whole body within body_timeout seconds, else 408 (connections.py).
   BodyLimit  -- reads the whole body (at most max_body_bytes) before any parsing; more is a 413.
+  ReleaseLeases -- innermost: the model leases a request took are given back when its response has ended.
 """
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import json
 from typing import Any, AsyncIterator, Sequence
 
 from fastapi import FastAPI
+
+from haltwise.registry.registry import ModelRegistry
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from haltwise.server.api import router
@@ -30,13 +33,13 @@ from haltwise.server.errors import error_body, install_error_handlers
 from haltwise.server.limits import DEFAULT_CAPS, RequestCaps
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.page import install_page
-from haltwise.server.state import ServerState
+from haltwise.server.state import ReleaseLeases, ServerState
 from haltwise.server.surfaces import SURFACES
 from haltwise.server.surfaces.anthropic_errors import AnthropicErrors
 from haltwise.server.tracing import TraceContext
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
-PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
+PROTECTED_PREFIXES = ("/v1/", "/models/", "/tokenize", "/detokenize")
 OPERATOR_PREFIXES = ("/metrics", "/cluster")    # protected too with protect_metrics
 
 
@@ -113,8 +116,11 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
               allowed_hosts: Sequence[str] = LOOPBACK_HOSTS, cors_origins: Sequence[str] = (),
               protect_metrics: bool = False, body_timeout: float = CONNECTION_DEFAULTS.body_timeout,
               docs: bool = False, caps: RequestCaps = DEFAULT_CAPS,
-              max_concurrent_per_client: int | None = None, tracer: Any = None) -> FastAPI:
-    """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine).
+              max_concurrent_per_client: int | None = None, tracer: Any = None,
+              models: ModelRegistry | None = None,
+              default_timeout: float | None = None) -> FastAPI:
+    """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine) served as
+    `served_model_name`, or around `models` (a ModelRegistry: several models; engine is then None).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
     on app shutdown. Tests that share one engine between apps pass False and manage it themselves.
@@ -125,22 +131,25 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     max_concurrent_per_client: see client_limit.py (None: no per-client limit).
     tracer: a tracing.RequestTracer (--otlp-traces-endpoint): a span per engine request; None: no tracing.
     """
-    metrics = ServerMetrics(engine.stats)
+    models = models or ModelRegistry.single(engine, served_model_name)
+    metrics = ServerMetrics(models.stats)
     for collector in getattr(engine, "metric_collectors", list)():  # e.g. per-replica metrics of a cluster
         metrics.registry.register(collector)
-    state = ServerState(engine=engine, served_model_name=served_model_name, metrics=metrics,
-                        log_content=log_content, allow_special_tokens_in_content=allow_special_tokens_in_content)
+    metrics.registry.register(models.metrics)
+    state = ServerState(models=models, metrics=metrics, log_content=log_content,
+                        allow_special_tokens_in_content=allow_special_tokens_in_content,
+                        default_timeout=default_timeout)
 
     @contextlib.asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         if manage_engine:
-            await engine.start()
+            await models.start()
         try:
             yield
         finally:
             state.draining = True
             if manage_engine:
-                await engine.shutdown(shutdown_grace)
+                await models.shutdown(shutdown_grace)
             if tracer is not None:
                 tracer.shutdown()      # flushes the spans still batched
 
@@ -156,6 +165,7 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     install_error_handlers(app)
     if ui:
         install_page(app)
+    app.add_middleware(ReleaseLeases)
     app.add_middleware(BodyLimit, limit=max_body_bytes, metrics=metrics)
     app.add_middleware(BodyDeadline, timeout=body_timeout)
     if max_concurrent_per_client:  # inside the key check: an unauthenticated request never takes a slot

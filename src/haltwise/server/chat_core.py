@@ -22,7 +22,7 @@ from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_prompt import chat_prompt
 from haltwise.server.chat_tools import prepare_chat
 from haltwise.server.generation import Generation, raise_if_failed
-from haltwise.server.state import state_of
+from haltwise.server.state import Served
 from haltwise.stopping.termination import Termination
 from haltwise.toolcalls.constraint import ToolCallConstraint
 from haltwise.toolcalls.response import ToolDeltaStream, chat_message
@@ -97,18 +97,17 @@ def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: 
 class ChatCall:
     """The engine request behind one chat turn (n = 1), recorded like every other generation."""
 
-    def __init__(self, request: Request, rid: str, turn: ChatTurn):
-        st = state_of(request)
+    def __init__(self, served: Served, request: Request, rid: str, turn: ChatTurn):
         if turn.params.n != 1:
             raise ParamError("n", "this surface generates one answer per request")
-        self.st, self.rid, self.turn = st, rid, turn
+        self.rid, self.turn = rid, turn
         plan, self.params, messages, template_kwargs = prepare_chat(        # the same tools path as chat
             turn.tools, turn.tool_choice, turn.parallel_tool_calls, turn.messages, turn.params,
-            st.engine.tokenizer, st.tool_call_parser)
+            served.tokenizer, served.st.tool_call_parser)
         self.tools = plan.constraint if plan is not None else None          # None: a plain text answer
-        self.prompt_text, self.prompt_ids = chat_prompt(request, messages,
+        self.prompt_text, self.prompt_ids = chat_prompt(served, messages,
                                                     **{**turn.template_kwargs, **template_kwargs})
-        self.generation = Generation(st, request, rid, [self.prompt_ids], [self.prompt_text], self.params)
+        self.generation = Generation(served, request, rid, [self.prompt_ids], [self.prompt_text], self.params)
 
     @property
     def headers(self) -> dict[str, str]:

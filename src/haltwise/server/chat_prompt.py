@@ -10,27 +10,16 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from fastapi import Request
-
 from haltwise.sampling_params import ParamError
-from haltwise.tokenizer.untrusted import ChatEncoder
 
 
-def encoder_of(request: Request) -> ChatEncoder:
-    """The app's ChatEncoder (built once per app: it caches a plain-text copy of the vocabulary)."""
-    app_state = request.app.state
-    enc = getattr(app_state, "chat_encoder", None)
-    if enc is None:
-        enc = app_state.chat_encoder = ChatEncoder(app_state.server.engine.tokenizer)
-    return enc
-
-
-def chat_prompt(request: Request, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
+def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
                 **extra: Any) -> tuple[str, list[int]]:
-    """(rendered text, ids) of a conversation, ready for the engine (no BOS/EOS added: the template writes them)."""
-    allow = getattr(request.app.state.server, "allow_special_tokens_in_content", False)
+    """(rendered text, ids) of a conversation for the model a request is served by (state.Served: its own
+    template and ChatEncoder), ready for the engine (no BOS/EOS added: the template writes them)."""
+    allow = served.st.allow_special_tokens_in_content
     try:
-        return encoder_of(request).encode_chat(for_template(messages), add_generation_prompt=add_generation_prompt,
+        return served.chat_encoder().encode_chat(for_template(messages), add_generation_prompt=add_generation_prompt,
                                                allow_special=allow, **extra)
     except ValueError as exc:
         raise ParamError("messages", str(exc)) from exc

@@ -57,7 +57,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--body-timeout", type=float, default=DEFAULTS.body_timeout,
       help="seconds a client may take to send a request body, else 408")
     a("--keep-alive-timeout", type=float, default=DEFAULTS.keep_alive,
-      help="seconds an idle keep-alive connection stays open")
+      help="seconds an idle HTTP keep-alive connection stays open (not --model-keep-alive, a model's idle time)")
     a("--max-connections", type=int, default=DEFAULTS.limit_concurrency,
       help="open connections (or running requests) before new requests get 503")
 

@@ -1,6 +1,6 @@
 """The engine side of one generation route, for every surface, and the route mechanics written once.
 
-    Generation(st, request, rid, prompts, texts, params)      recorders, EngineRun (not started)
+    Generation(served, request, rid, prompts, texts, params)  recorders, EngineRun (not started)
     respond(generation, stream, events, body):
         prepare() -- structure compiled (400 with param); nothing started yet, nothing to close or record
         start()  -- engine requests started, first update seen
@@ -24,7 +24,7 @@ from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
 from haltwise.server.request_log import RequestRecorder
 from haltwise.server.runner import ClientGone, EngineRun
-from haltwise.server.state import ServerState
+from haltwise.server.state import Served
 from haltwise.stopping.termination import Reason
 
 CLIENT_CLOSED = 499  # never seen by anyone: the client has gone
@@ -52,18 +52,20 @@ class Generation:
     """The engine requests behind one HTTP request (one per prompt), each recorded in the metrics and
     the JSON log line (request_log.py) the same way whatever the surface."""
 
-    def __init__(self, st: ServerState, request: Request, rid: str, prompts: list[list[int]],
+    def __init__(self, served: Served, request: Request, rid: str, prompts: list[list[int]],
                  prompt_texts: list[str | None], params: SamplingParams):
-        self.st, self.prompts, self.params = st, prompts, params
-        recorders = [RequestRecorder(st.metrics, rid if len(prompts) == 1 else f"{rid}-{i}", st.log_content, t)
+        self.engine, self.prompts, self.params = served.engine, prompts, params
+        st = served.st
+        recorders = [RequestRecorder(st.metrics, rid if len(prompts) == 1 else f"{rid}-{i}", st.log_content, t,
+                                     model=served.name, load_wait_s=served.lease.waited_s)
                      for i, t in enumerate(prompt_texts)]
-        self.run = EngineRun(st.engine, request, rid, prompts, params, recorders)
+        self.run = EngineRun(served.engine, request, rid, prompts, params, recorders)
         self.headers: dict[str, str] = {}
 
     def check_queue_room(self) -> None:
         """The request is charged its real cost, n x prompts sequences, against the queue before any prompt
         starts: all of them fit, or 503 at once (not after the first prompts were admitted and ran)."""
-        engine = self.st.engine
+        engine = self.engine
         config = getattr(engine, "engine_config", None)
         if config is None:   # a cluster: each replica's queue decides
             return
@@ -77,14 +79,14 @@ class Generation:
 
     async def prepare(self) -> None:
         """Compile and validate the request's grammar at the edge (cached): a bad one is a 400 with param."""
-        compile_structure = getattr(self.st.engine, "compile_structure", None)
+        compile_structure = getattr(self.engine, "compile_structure", None)
         if self.params.structured_outputs is not None and compile_structure is not None:
             await run_in_threadpool(compile_structure, self.params)
 
     async def start(self) -> None:
         """Start the engine requests, wait for their first updates."""
         await self.run.start()
-        self.headers = replica_header(self.st.engine, self.run.ids)
+        self.headers = replica_header(self.engine, self.run.ids)
 
     async def close(self) -> None:
         await self.run.close()

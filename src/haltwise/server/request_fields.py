@@ -9,6 +9,7 @@ from haltwise.sampling_params import RepetitionDetection
 STRICT = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 MAX_N = 128                     # sanity bound on choices per request; admission judges memory
 MAX_SEED = 2**63 - 1
+KeepAlive = str | float | int | None   # "5m", "30s", seconds, 0 (unload once idle), -1 (forever): registry/durations.py
 
 
 class Strict(BaseModel):

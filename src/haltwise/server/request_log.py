@@ -23,8 +23,11 @@ class RequestRecorder:
     """Observes the updates of one engine request; `finish` or `cancelled` is called exactly once."""
 
     def __init__(self, metrics: ServerMetrics, request_id: str, log_content: bool = False,
-                 prompt_text: str | None = None):
+                 prompt_text: str | None = None, model: str | None = None, load_wait_s: float = 0.0):
+        """model: named in the log line. load_wait_s: how long the request waited for its model to load
+        (counted in its time to first token and latency, as the client saw them)."""
         self.metrics = metrics
+        self.model, self.load_wait_s = model, load_wait_s
         self.request_id = request_id
         self.log_content = log_content
         self.prompt_text = prompt_text
@@ -61,6 +64,9 @@ class RequestRecorder:
         ttft = out.first_token_latency if out.first_token_latency is not None else (
             self.first_token_at - self.arrival if self.first_token_at is not None else None)
         latency = out.latency if out.latency is not None else now - self.arrival
+        if self.load_wait_s:
+            ttft = None if ttft is None else ttft + self.load_wait_s
+            latency += self.load_wait_s
         self.num_output_tokens = sum(len(o.token_ids) for o in out.outputs)
         self.metrics.prompt_tokens.inc(len(out.prompt_token_ids))
         self.metrics.generation_tokens.inc(self.num_output_tokens)
@@ -106,11 +112,12 @@ class RequestRecorder:
         if not request_log.isEnabledFor(logging.INFO):
             return
         line: dict[str, Any] = {
-            "event": "request_finished", "request_id": self.request_id,
+            "event": "request_finished", "request_id": self.request_id, "model": self.model,
             "prompt_tokens": self.num_prompt_tokens, "completion_tokens": self.num_output_tokens,
             "truncated_prompt_tokens": out.num_truncated_prompt_tokens if out else 0,
             "cached_prompt_tokens": out.num_cached_tokens if out else 0,
             "ttft_s": round(ttft, 6) if ttft is not None else None, "latency_s": round(latency, 6),
+            "load_wait_s": round(self.load_wait_s, 6),
             "choices": choices,
         }
         if self.log_content and self.prompt_text is not None:

@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from haltwise.memory_size import parse_memory
-from haltwise.server import connections, limits, prompt_cache_args, secrets, tracing
+from haltwise.server import connections, limits, prompt_cache_args, secrets, serve_models, tracing
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
@@ -31,7 +31,8 @@ DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """Options of `haltwise serve`: the shared model/engine options plus the HTTP ones."""
-    add_model_arguments(parser)
+    add_model_arguments(parser, several=True)
+    serve_models.add_arguments(parser)
     a = parser.add_argument
     a("--host", default="127.0.0.1", help="bind address (default loopback only)")
     a("--port", type=int, default=8000)
@@ -99,6 +100,9 @@ def run(args: argparse.Namespace) -> int:
     except secrets.KeySourceError as exc:
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
+    if serve_models.several_models(args):
+        return _serve_several(args)
+    args.model = args.model[0] if args.model else None
     args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
     try:  # also before the model loads: --otlp-traces-endpoint without the otel extra
         args.tracer = tracing.tracer_from(args.otlp_traces_endpoint)
@@ -134,9 +138,28 @@ def run(args: argparse.Namespace) -> int:
             tiers.disk.flush(timeout=30)
 
 
-def _serve(args: argparse.Namespace, engine: Any) -> int:
-    """uvicorn around build_app(engine) until SIGTERM/SIGINT (then a graceful drain); returns 0."""
-    print(f"haltwise: {engine.describe()}", flush=True)
+def _serve_several(args: argparse.Namespace) -> int:
+    """Several models from one address (serve_models.py); refused where it cannot apply."""
+    refused = ("--replicas / --ray-address" if args.replicas or args.ray_address else
+               "--served-model-name" if args.served_model_name else "--tiny" if args.tiny else None)
+    if refused:
+        print(f"haltwise serve: error: {refused} serves one model; not with --models-dir or several --model",
+              file=sys.stderr, flush=True)
+        return 2
+    try:
+        registry = serve_models.build_registry(args)
+    except ValueError as exc:
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    args.served_model_name = ", ".join(registry.entries)
+    return _serve(args, None, registry)
+
+
+def _serve(args: argparse.Namespace, engine: Any, models: Any = None) -> int:
+    """uvicorn around build_app(engine) (or the registry `models`) until SIGTERM/SIGINT (then a graceful
+    drain); returns 0."""
+    if engine is not None:
+        print(f"haltwise: {engine.describe()}", flush=True)
     conn = connections.limits_from(args)
     hosts = _split(args.allowed_hosts) if args.allowed_hosts else default_allowed_hosts(args.host)
     app = build_app(engine, args.served_model_name, api_key=args.api_key, max_body_bytes=args.max_body_bytes,
@@ -144,7 +167,8 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     allowed_hosts=hosts, cors_origins=_split(args.cors_origins), protect_metrics=args.protect_metrics,
                     body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args),
-                    max_concurrent_per_client=args.max_concurrent_per_client, tracer=getattr(args, "tracer", None))
+                    max_concurrent_per_client=args.max_concurrent_per_client, tracer=getattr(args, "tracer", None),
+                    models=models, default_timeout=args.default_timeout)
     app.state.server.tool_call_parser = args.tool_call_parser
     config = connections.uvicorn_config(app, args.host, args.port, conn, log_level="info",
                                         h11_max_incomplete_event_size=args.max_header_bytes,

@@ -9,9 +9,12 @@ from haltwise.config import (DEFAULT_DRAFT_MODEL, ENGINE_DTYPES, KV_AUTO_FRACTIO
 from haltwise.memory_size import parse_memory
 
 
-def add_model_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--model", default=None, help="GGUF file, Hugging Face directory, or a named model: "
-                   "smollm2-135m (default), gemma3-270m, qwen2.5-coder-0.5b")
+def add_model_arguments(p: argparse.ArgumentParser, several: bool = False) -> None:
+    """several: --model may be given more than once (haltwise serve): args.model is then a list or None."""
+    p.add_argument("--model", default=None, action="append" if several else "store",
+                   help="GGUF file, Hugging Face directory, or a named model: smollm2-135m (default), gemma3-270m, "
+                        "qwen2.5-coder-0.5b" + ("; repeat it to serve several (the first is the default for "
+                                                "requests that name none)" if several else ""))
     p.add_argument("--chat-template", type=chat_template_file, default=None, metavar="FILE",
                    help="Jinja chat template (.jinja, or a JSON with \"chat_template\") replacing the model's; "
                         "needed for chat with a model whose file has none, e.g. gemma3-270m (base)")

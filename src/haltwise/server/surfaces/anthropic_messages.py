@@ -199,10 +199,10 @@ async def _stream(call: ChatCall, events: MessageEvents) -> AsyncIterator[str]:
 @router.post("/v1/messages")
 async def create_message(body: MessagesRequest, request: Request) -> Response:
     """Anthropic Messages; the termination record rides along as `termination`."""
-    st = begin(request, body)
+    served = await begin(request, body)
     rid = f"msg_{uuid.uuid4().hex}"
-    call = await run_in_threadpool(ChatCall, request, rid, body.to_turn())   # template rendering: off the loop
-    model, tok = st.served_model_name, st.engine.tokenizer
+    call = await run_in_threadpool(ChatCall, served, request, rid, body.to_turn())   # template rendering: off the loop
+    model, tok = served.name, served.tokenizer
 
     async def message() -> dict[str, Any]:
         return message_body(rid, model, await call.result(), tok)
@@ -214,10 +214,10 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
 @router.post("/v1/messages/count_tokens")
 async def count_tokens(body: CountTokensRequest, request: Request) -> dict[str, int]:
     """{"input_tokens": N}: the prompt the same conversation would have on /v1/messages."""
-    st = begin(request, body)
+    served = await begin(request, body)
     _, thinking_kwargs = body.thinking_settings()
     _, _, messages, template_kwargs = prepare_chat(body.chat_tools(), body.chat_tool_choice(),
                                                    body.parallel_tool_calls(), body.chat_messages(),
-                                                   SamplingParams(), st.engine.tokenizer, st.tool_call_parser)
-    _, ids = await run_in_threadpool(chat_prompt, request, messages, **{**thinking_kwargs, **template_kwargs})
+                                                   SamplingParams(), served.tokenizer, served.st.tool_call_parser)
+    _, ids = await run_in_threadpool(chat_prompt, served, messages, **{**thinking_kwargs, **template_kwargs})
     return {"input_tokens": len(ids)}

@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.request_fields import MAX_SEED, RepetitionDetectionSpec, loop_detection
+from haltwise.server.request_fields import MAX_SEED, KeepAlive, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import thinking_settings
 
 
@@ -104,6 +104,7 @@ class _Conversation(_Strict):
     """What /v1/messages and /v1/messages/count_tokens share."""
 
     model: str
+    keep_alive: KeepAlive = None      # Ollama's: how long the model stays loaded after this request
     messages: list[Message] = Field(min_length=1)
     system: str | list[TextBlock] | None = None
     tools: list[Tool] | None = None

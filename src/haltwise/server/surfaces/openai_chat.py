@@ -24,15 +24,15 @@ router = APIRouter()
 @router.post("/v1/chat/completions")
 async def create_chat_completion(body: ChatCompletionRequest, request: Request) -> Response:
     """OpenAI chat completions; the messages go through the model's chat template."""
-    st = begin(request, body)
-    params, tok = body.to_sampling_params(), st.engine.tokenizer
+    served = await begin(request, body)
+    params, tok = body.to_sampling_params(), served.tokenizer
     plan, params, messages, template_kwargs = prepare_chat(  # chat_tools.py
         body.tools, body.tool_choice, body.parallel_tool_calls, body.template_messages(), params, tok,
-        st.tool_call_parser)
+        served.st.tool_call_parser)
     tools = plan.constraint if plan is not None else None
-    text, prompt = await run_in_threadpool(chat_prompt, request, messages,   # template: off the loop
+    text, prompt = await run_in_threadpool(chat_prompt, served, messages,   # template: off the loop
                                            **{**body.template_kwargs(), **template_kwargs})
-    rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
+    rid, created, model = f"chatcmpl-{uuid.uuid4().hex}", int(time.time()), served.name
     chunker = Chunker(True, rid, created, model, body.n, tok, body.include_usage, tool_calls=tools)
-    return await generate(request, st, rid, [prompt], [text], params, body.stream,
+    return await generate(request, served, rid, [prompt], [text], params, body.stream,
                           lambda outs: chat_body(rid, created, model, outs[0], tok, tools), chunker)

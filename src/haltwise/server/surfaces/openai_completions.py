@@ -33,13 +33,13 @@ def echo_texts(prompts: list[str | list[int]], run_outs: list[RequestOutput], to
 @router.post("/v1/completions")
 async def create_completion(body: CompletionRequest, request: Request) -> Response:
     """OpenAI completions; `prompt` may be a string, strings, token ids or lists of token ids."""
-    st = begin(request, body)
-    params, tok = body.to_sampling_params(), st.engine.tokenizer
+    served = await begin(request, body)
+    params, tok = body.to_sampling_params(), served.tokenizer
     raw = body.prompts()
     # Tokenizing up to max_prompts large prompts is CPU work: off the event loop (a worker thread).
     prompts = await run_in_threadpool(lambda: [tok.encode(p) if isinstance(p, str) else p for p in raw])
     texts = [p if isinstance(p, str) else None for p in raw]
-    rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), st.served_model_name
+    rid, created, model = f"cmpl-{uuid.uuid4().hex}", int(time.time()), served.name
 
     def build(outs: list[RequestOutput]) -> dict[str, Any]:
         echo = echo_texts(raw, outs, tok) if body.echo else None
@@ -49,4 +49,4 @@ async def create_completion(body: CompletionRequest, request: Request) -> Respon
         return echo_texts([raw[p]], [out], tok)[0]
 
     chunker = Chunker(False, rid, created, model, body.n, tok, body.include_usage, echo if body.echo else None)
-    return await generate(request, st, rid, prompts, texts, params, body.stream, build, chunker)
+    return await generate(request, served, rid, prompts, texts, params, body.stream, build, chunker)

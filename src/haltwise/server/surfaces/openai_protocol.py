@@ -30,7 +30,8 @@ from pydantic import Field
 
 from haltwise.sampling_params import ParamError, SamplingParams, parse_logit_bias
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
-from haltwise.server.request_fields import MAX_N, MAX_SEED, RepetitionDetectionSpec, Strict, loop_detection
+from haltwise.server.request_fields import (MAX_N, MAX_SEED, KeepAlive, RepetitionDetectionSpec, Strict,
+                                            loop_detection)
 from haltwise.server.structured_outputs import ResponseFormat, StructuredOutputsSpec, structure_of
 from haltwise.stopping.intent import resolve_auto
 
@@ -47,6 +48,7 @@ class _GenerationRequest(Strict):
     """Fields shared by /v1/completions and /v1/chat/completions."""
 
     model: str | None = None               # None = the served model
+    keep_alive: KeepAlive = None      # Ollama's: how long the model stays loaded after this request
     max_tokens: int | None = Field(None, ge=0)  # None = the rest of the window; 0 only to score a prompt
     temperature: float = Field(1.0, ge=0.0, le=2.0)
     top_p: float = Field(1.0, gt=0.0, le=1.0)

@@ -224,9 +224,9 @@ async def _stream(call: ChatCall, events: ResponseEvents) -> AsyncIterator[str]:
 @router.post("/v1/responses")
 async def create_response(body: ResponsesRequest, request: Request) -> Response:
     """OpenAI Responses, stateless; the termination record rides along as `termination`."""
-    st = begin(request, body)
-    builder = ResponseBuilder(body, st.served_model_name)
-    call = await run_in_threadpool(ChatCall, request, builder.id, body.to_turn())   # template rendering: off the loop
+    served = await begin(request, body)
+    builder = ResponseBuilder(body, served.name)
+    call = await run_in_threadpool(ChatCall, served, request, builder.id, body.to_turn())   # template: off the loop
 
     async def final() -> dict[str, Any]:
         return builder.final(await call.result())

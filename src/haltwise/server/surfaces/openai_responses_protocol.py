@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams, parse_logit_bias
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.request_fields import MAX_SEED, RepetitionDetectionSpec, loop_detection
+from haltwise.server.request_fields import MAX_SEED, KeepAlive, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
 
@@ -115,6 +115,7 @@ class ResponsesRequest(_Strict):
     """POST /v1/responses."""
 
     model: str | None = None
+    keep_alive: KeepAlive = None      # Ollama's: how long the model stays loaded after this request
     input: str | list[Union[MessageItem, FunctionCallItem, FunctionCallOutputItem, ReasoningItem]]
     instructions: str | None = None
     max_output_tokens: int | None = Field(None, ge=1)   # None = the rest of the context window

@@ -14,7 +14,7 @@ from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
 from haltwise.server.generation import Generation, raise_if_failed, respond
 from haltwise.server.runner import ClientGone
-from haltwise.server.state import ServerState
+from haltwise.server.state import Served
 from haltwise.server.surfaces.openai_bodies import Chunker
 
 log = logging.getLogger("haltwise.server")
@@ -44,11 +44,11 @@ async def events(generation: Generation, chunker: Chunker) -> AsyncIterator[str]
     yield "data: [DONE]\n\n"
 
 
-async def generate(request: Request, st: ServerState, rid: str, prompts: list[list[int]],
+async def generate(request: Request, served: Served, rid: str, prompts: list[list[int]],
                    prompt_texts: list[str | None], params: SamplingParams, stream: bool,
                    build: Callable[[list[RequestOutput]], dict[str, Any]], chunker: Chunker) -> Response:
     """Run the engine requests (n x prompts charged against the queue first); answer with JSON or SSE."""
-    generation = Generation(st, request, rid, prompts, prompt_texts, params)
+    generation = Generation(served, request, rid, prompts, prompt_texts, params)
     generation.check_queue_room()
 
     async def body() -> dict[str, Any]:
