@@ -19,7 +19,7 @@ from tests.server.serve_process import free_port
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
 LONGTEXT = Path("/work/shared/data/longtext")
 DISK_BUDGET = 56 * 2**20          # one ~3k-token prompt (~37 MiB of int8 blocks), not two: evictions happen
-COMMON = ["--max-model-len", "4096", "--threads", "2", "--shutdown-grace", "1"]
+COMMON = ["--max-model-len", "4096", "--threads", "2", "--shutdown-grace", "1", "--watchdog", "600"]   # a busy host
 
 
 def text(name: str, start: int) -> str:
