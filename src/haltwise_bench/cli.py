@@ -8,10 +8,11 @@
   neighbour    decode quiet vs beside busy processes, same run (bench/neighbour.py)
   footprint    start -> ready and peak RSS vs llama-server at the same KV capacity (bench/footprint.py)
   kv           decode throughput per KV cache dtype at 1 and 32 clients (bench/kv_speed.py)
+  models       several models from one server: first-request TTFT, switch time (models_bench.py)
   spec         speculative decoding off vs on: decode tok/s, ratio, acceptance (bench/spec_bench.py)
   floor        single-stream decode against this host's memory-bandwidth floor, speculation off and on (floor.py)
   longprompt   time to first token of 8k/16k prompts and the token gaps of decodes beside them
-               (bench/long_prompt.py)
+               (long_prompt.py)
   prompt-cache TTFT cold / from the pool / from RAM / from disk of a 2k and an 8k prompt (prompt_cache_bench.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
@@ -34,7 +35,6 @@ PROGRAMS = {
     "footprint": ("haltwise_bench.footprint", "start -> ready and peak RSS vs llama-server at the same KV capacity"),
     "kv": ("haltwise_bench.kv_speed",
            "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
-    "kv": ("haltwise_bench.kv_speed", "decode throughput per KV cache dtype at 1 and 32 clients, same weights, same run"),
     "models": ("haltwise_bench.models_bench", "several models from one server: first-request TTFT (cold/warm page "
                                               "cache), switch time, loaded TTFT"),
     "spec": ("haltwise_bench.spec_bench", "prompt-lookup speculative decoding off vs on, same engine, alternating"),
