@@ -106,7 +106,7 @@ LMEVAL := $(HOME)/.cache/haltwise/lmeval-venv
 lmeval: $(STAMP)
 	test -x $(LMEVAL)/bin/python || $(PY) -m venv $(LMEVAL)
 	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > $(LMEVAL)/lib/python3.11/site-packages/zz_project.pth
-	$(LMEVAL)/bin/pip install -q lm-eval==0.4.13
+	$(LMEVAL)/bin/pip install -q "lm-eval[api]==0.4.13" accelerate
 	HALTWISE_PYTHON=$(CURDIR)/$(BIN)/python $(LMEVAL)/bin/python tests/evals/lm_eval/run.py
 
 clean:

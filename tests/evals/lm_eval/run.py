@@ -91,6 +91,7 @@ def main() -> int:
             proc.terminate()
             proc.wait(60)
         result = {"task": "haltwise_tiny_mc (24 questions)", "haltwise_local_completions_acc": served}
+        print(json.dumps(result), flush=True)
         if not args.skip_hf:
             hf = evaluate("hf", f"pretrained={gguf.parent},gguf_file={gguf.name},dtype=float32,device=cpu", tasks)
             result.update(hf_transformers_acc=hf, difference_points=round(100 * (served - hf), 2))
