@@ -104,7 +104,7 @@ def _canonical_schema(schema: str | dict, param: str) -> str:
     if not isinstance(schema, (dict, bool)):
         raise StructureError(param, "a JSON Schema must be an object (or true/false)")
     try:
-        text = _json.dumps(schema, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text = _json.dumps(schema, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise StructureError(param, f"the schema is not JSON-serialisable: {e}") from None
     if len(text) > MAX_CONSTRAINT_CHARS:
