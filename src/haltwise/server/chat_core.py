@@ -66,6 +66,7 @@ class ChatResult:
     tool_calls: list[dict[str, Any]] | None = None
     reasoning: str = ""
     reasoning_tokens: int = 0
+    logprobs: list[Any] | None = None      # the output tokens' TokenLogprobs, when the request asked for them
 
     @property
     def finish_reason(self) -> str | None:
@@ -105,7 +106,7 @@ def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: 
         text, calls = message["content"] or "", message.get("tool_calls")
     return ChatResult(text=text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
                       completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens, tool_calls=calls,
-                      reasoning=o.reasoning_text, reasoning_tokens=o.num_reasoning_tokens)
+                      reasoning=o.reasoning_text, reasoning_tokens=o.num_reasoning_tokens, logprobs=o.logprobs)
 
 
 class ChatCall:

@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from haltwise.errors import HaltwiseError
 from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
 from haltwise.server.runner import ClientGone
+from haltwise.server.responses import chat_logprobs
 from haltwise.server.surfaces.openai_responses_protocol import ResponsesRequest
 from haltwise.server.surfaces.stop_reasons import words_for
 
@@ -231,7 +232,13 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
         if body.stream:
             handed_off = True
             return CallStream(_stream(call, ResponseEvents(builder)), call)
-        return JSONResponse(builder.final(await call.result()), headers=call.headers)
+        result = await call.result()
+        final = builder.final(result)
+        if result.logprobs is not None:    # include: message.output_text.logprobs (chat's per-token shape)
+            entries = (chat_logprobs(st.engine.tokenizer, result.logprobs) or {}).get("content", [])
+            for part in (p for it in final["output"] if it["type"] == "message" for p in it["content"]):
+                part["logprobs"] = entries
+        return JSONResponse(final, headers=call.headers)
     except ClientGone:
         return Response(status_code=CLIENT_CLOSED)
     finally:
