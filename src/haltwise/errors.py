@@ -57,3 +57,11 @@ class EngineFailure(HaltwiseError):
     status = 503
     type = "server_error"
     code = "engine_error"
+
+
+class ModelLoadError(ValueError):
+    """A model file or directory is missing, malformed, or uses something haltwise does not support.
+
+    The one error the model path (gguf/, models/, tokenizer/) raises for a model on disk. The message always
+    names the path and what is wrong, so callers can show it as is.
+    """

@@ -23,6 +23,9 @@ class LLM:
     qwen2.5-coder-0.5b; see models/catalog.py). `chat_template`: Jinja text replacing the model's.
     The KV pool is sized as the server sizes it (`kv_cache_memory="auto"`, engine/kv_cache.py) unless
     `kv_cache_memory` is given, so `LLM(max_model_len=16384)` holds a 16k sequence where RAM allows.
+    `draft_model`: a smaller model with the same vocabulary drafting tokens the model verifies (exact:
+    the same tokens as without it; docs/draft-model.md), e.g. `LLM("qwen2.5-coder-1.5b", dtype="auto",
+    draft_model="qwen2.5-coder-0.5b")`; "auto": the catalog's pairing; "none" (default): off.
     """
 
     def __init__(self, model: str | Path | None = None, dtype: str = "float32", rope_scaling: dict | None = None,

@@ -11,6 +11,7 @@ class TokenLogprob:
     token_id: int
     logprob: float
     top: list[tuple[int, float]] = field(default_factory=list)  # (token_id, logprob), best first
+    rank: int | None = None             # the token's rank in the distribution (1 = best), when computed
 
 
 @dataclass
@@ -52,8 +53,18 @@ class RequestOutput:
     outputs: list[CompletionOutput]
     num_truncated_prompt_tokens: int = 0   # > 0 only when truncate_prompt_tokens asked for it
     num_cached_tokens: int = 0             # prompt tokens served from the prefix cache
+    num_tier_tokens: dict[str, int] = field(default_factory=dict)   # of which restored from ram / disk
+
+    @property
+    def cached_by_tier(self) -> dict[str, int]:
+        """Where the cached prompt tokens came from: {pool, ram, disk}."""
+        ram, disk = self.num_tier_tokens.get("ram", 0), self.num_tier_tokens.get("disk", 0)
+        return {"pool": max(0, self.num_cached_tokens - ram - disk), "ram": ram, "disk": disk}
     first_token_latency: float | None = None  # seconds from arrival to first token
     latency: float | None = None           # seconds from arrival to finish
+    queue_time: float | None = None        # seconds from arrival to the first step that ran it
+    # The prompt tokens' logprobs (first None), when asked (SamplingParams.prompt_logprobs), once computed
+    prompt_logprobs: list[TokenLogprob | None] | None = None
 
     @property
     def finished(self) -> bool:

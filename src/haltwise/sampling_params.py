@@ -10,6 +10,8 @@ MAX_STOP_STRINGS = 64      # more stop strings than this is a 400
 MAX_STOP_STRING_LEN = 256  # characters per stop string
 STOP_PRESETS = ("json", "line", "paragraph", "code_block", "turn", "auto")  # auto: stopping/intent.py
 STOP_BOUNDARIES = ("prefix", "word")  # how stop strings match: anywhere, or only as whole words
+MAX_PRIORITY = 2**31 - 1  # |priority| bound (an int32, as vLLM's protobuf-facing APIs)
+MAX_LOGIT_BIAS = 100.0     # |bias| bound (OpenAI): -100 bans a token, +100 all but forces it
 
 
 class ParamError(ValueError):
@@ -71,6 +73,9 @@ class SamplingParams:
     repetition_detection: RepetitionDetection = field(default_factory=RepetitionDetection)
     timeout: float | None = None        # seconds from arrival; None = the engine default
     logprobs: int | None = None         # top logprobs per generated token
+    # Logprobs of the prompt's own tokens (engine/prompt_logprobs.py), with this many top alternatives each;
+    # the request then gets logits at every prompt position and no prefix-cache hit. None = off.
+    prompt_logprobs: int | None = None
     truncate_prompt_tokens: int | None = None  # keep only the last N prompt tokens (explicit only)
     structured_outputs: StructuredOutputs | None = None  # grammar-constrained decoding (a dict is converted)
     tool_calls: Any = None              # toolcalls.constraint.ToolCallConstraint: how the text settles (set by a plan)
@@ -78,14 +83,24 @@ class SamplingParams:
     # opens one (chat surfaces set this); stops, grammars and loop detectors then act on the answer only.
     split_reasoning: bool = False
     max_reasoning_tokens: int | None = None  # reasoning budget: the engine closes the section after this many
+    # Added to the raw logits of these token ids before the grammar mask and sampling (engine/sampler.py
+    # says what wins against the termination layers); ids are checked against the vocabulary at admission.
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    # Scheduling, not sampling (carried here as the request's one parameter object): vLLM's `priority`,
+    # lower = sooner, under --scheduling-policy priority (engine/priority.py). Never changes the tokens.
+    priority: int = 0
 
     def __post_init__(self) -> None:
-        # Normalise list-like inputs so the dataclass stays hashable and immutable.
+        # The one place these are normalised (every edge hands them over as it got them): a string, a list or
+        # None -> a tuple, so the dataclass stays hashable and immutable.
         if isinstance(self.stop, str):
             object.__setattr__(self, "stop", (self.stop,))
         object.__setattr__(self, "stop", tuple(self.stop or ()))
         object.__setattr__(self, "stop_token_ids", tuple(self.stop_token_ids or ()))
         object.__setattr__(self, "stop_presets", tuple(self.stop_presets or ()))
+        if isinstance(self.logit_bias, dict):
+            object.__setattr__(self, "logit_bias", parse_logit_bias(self.logit_bias))
+        object.__setattr__(self, "logit_bias", tuple(sorted(tuple(kv) for kv in self.logit_bias or ())))
         if isinstance(self.structured_outputs, dict):
             try:
                 object.__setattr__(self, "structured_outputs", StructuredOutputs(**self.structured_outputs))
@@ -112,8 +127,12 @@ class SamplingParams:
         for name in ("frequency_penalty", "presence_penalty"):
             value = getattr(self, name)
             need(_is_num(value) and -2.0 <= value <= 2.0, name, f"{name} must be in [-2, 2], got {value!r}")
-        need(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= 1), "max_tokens",
-             f"max_tokens must be an integer >= 1, got {self.max_tokens!r}")
+        need(self.prompt_logprobs is None or (_is_int(self.prompt_logprobs) and 0 <= self.prompt_logprobs <= 20),
+             "prompt_logprobs", f"prompt_logprobs must be an integer in [0, 20], got {self.prompt_logprobs!r}")
+        scoring = self.prompt_logprobs is not None   # max_tokens 0: score the prompt, generate nothing
+        need(self.max_tokens is None or (_is_int(self.max_tokens) and self.max_tokens >= (0 if scoring else 1)),
+             "max_tokens", f"max_tokens must be an integer >= 1 (0 only for prompt scoring: echo with logprobs, "
+             f"or prompt_logprobs), got {self.max_tokens!r}")
         need(_is_int(self.min_tokens) and self.min_tokens >= 0, "min_tokens",
              f"min_tokens must be an integer >= 0, got {self.min_tokens!r}")
         need(self.max_tokens is None or self.min_tokens <= self.max_tokens, "min_tokens",
@@ -140,12 +159,33 @@ class SamplingParams:
         need(self.max_reasoning_tokens is None or (_is_int(self.max_reasoning_tokens)
                                                    and self.max_reasoning_tokens >= 0),
              "max_reasoning_tokens", f"max_reasoning_tokens must be an integer >= 0, got {self.max_reasoning_tokens!r}")
+        for token_id, bias in self.logit_bias:
+            need(_is_int(token_id) and token_id >= 0, "logit_bias",
+                 f"logit_bias keys must be token ids (non-negative integers), got {token_id!r}")
+            need(_is_num(bias) and -MAX_LOGIT_BIAS <= bias <= MAX_LOGIT_BIAS, "logit_bias",
+                 f"logit_bias[{token_id}] must be in [-100, 100], got {bias!r}")
+        need(_is_int(self.priority) and -MAX_PRIORITY <= self.priority <= MAX_PRIORITY, "priority",
+             f"priority must be an integer in [-{MAX_PRIORITY}, {MAX_PRIORITY}], got {self.priority!r}")
         need(self.structured_outputs is None or isinstance(self.structured_outputs, StructuredOutputs),
              "structured_outputs", "structured_outputs must be a StructuredOutputs (or a dict of its fields)")
 
     @property
     def greedy(self) -> bool:
         return self.temperature == 0.0 or self.top_k == 1
+
+
+def parse_logit_bias(bias: dict[Any, Any]) -> tuple[tuple[int, float], ...]:
+    """OpenAI's {"token id as a string": bias} -> ((id, bias), ...) sorted by id; ParamError naming the key."""
+    out = []
+    for key, value in bias.items():
+        text = key if isinstance(key, str) else str(key) if _is_int(key) else None
+        if text is None or not text.strip().isdigit():
+            raise ParamError("logit_bias", f"logit_bias keys must be token ids (non-negative integers as strings), "
+                             f"got {key!r}")
+        if not (_is_num(value) and -MAX_LOGIT_BIAS <= value <= MAX_LOGIT_BIAS):
+            raise ParamError("logit_bias", f"logit_bias[{key!r}] must be a number in [-100, 100], got {value!r}")
+        out.append((int(text), float(value)))
+    return tuple(sorted(out))
 
 
 def _is_int(x: object) -> bool:

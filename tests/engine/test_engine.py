@@ -6,7 +6,7 @@ import torch
 
 from dataclasses import replace
 
-from haltwise.bench.hf_runner import hf_twin_of
+from haltwise_bench.hf_runner import hf_twin_of
 from haltwise.config import EngineConfig
 from haltwise.engine.model_runner import ModelRunner
 from haltwise.sampling_params import RepetitionDetection, SamplingParams

@@ -1,10 +1,10 @@
 """Honest limits past the trained window (SmolLM2: 8192): refused with the numbers, or served with RoPE scaling."""
 import pytest
 
-from haltwise.bench.common import long_text
+from haltwise_bench.common import long_text
 from haltwise.errors import ContextLengthExceeded
 from haltwise.llm import LLM
-from haltwise.models.errors import ModelLoadError
+from haltwise.errors import ModelLoadError
 from tests.conftest import greedy
 
 YARN_2X = {"rope_type": "yarn", "factor": 2.0, "original_max_position_embeddings": 8192}

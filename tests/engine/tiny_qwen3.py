@@ -44,6 +44,8 @@ SCRIPTS = {
     "plain": Script(None, "Hello there."),
     "paragraph": Script("First idea.\n\nSecond idea.", "One line.\n\nMore text."),
     "quit": Script("I give up", "never said", reasoning_end="<|im_end|>"),
+    "handover": Script(None, "Bye.\n### User: and you?"),       # a turn marker of stopping/presets.py
+    "instruct": Script(None, "Done.\n### Instruction: more"),
 }
 
 

@@ -7,12 +7,12 @@ import numpy as np
 import pytest
 import torch
 from gguf import GGMLQuantizationType as Q
-from haltwise.models.gguf_file import GGUFFile
+from haltwise.gguf.file import GGUFFile
 from gguf import quants
 
 from haltwise.kernels.gguf_blocks import linear_shards, unpermute_block_rows
-from haltwise.models import gguf_reader
-from haltwise.models.gguf_reader import unpermute_qk
+from haltwise.gguf import reader as gguf_reader
+from haltwise.gguf.reader import unpermute_qk
 from haltwise.models.loader import default_model_path, load_model
 
 

@@ -3,7 +3,6 @@
 A format whose numbers leave its own error bound, or that claims batch invariance and breaks it, is
 caught at engine build and the linear falls back to float32-native -- before any request runs.
 """
-import copy
 
 import torch
 import torch.nn.functional as F

@@ -23,8 +23,8 @@ import time
 
 import httpx
 
-from haltwise.bench import llama_cpp
-from haltwise.bench.servers import ServerProcess, free_port, haltwise_server_cmd
+from haltwise_bench import llama_cpp
+from haltwise_bench.servers import ServerProcess, free_port, haltwise_server_cmd
 
 TOKENIZER_TIMER = """
 import sys, time
@@ -85,7 +85,7 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=64)
     ap.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     args = ap.parse_args()
-    from haltwise.bench.peers import model_eos_ids
+    from haltwise_bench.peers import model_eos_ids
     from haltwise.models.catalog import resolve_model
 
     gguf = str(resolve_model(args.model))

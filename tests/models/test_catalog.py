@@ -14,7 +14,7 @@ import pytest
 
 from haltwise.models import catalog
 from haltwise.models.catalog import CatalogEntry, PackagedFile, resolve_model
-from haltwise.models.errors import ModelLoadError
+from haltwise.errors import ModelLoadError
 
 CHUNKS = [os.urandom(3000), os.urandom(5000), b"tail"]
 

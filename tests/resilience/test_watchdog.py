@@ -1,6 +1,7 @@
 """Watchdog on the real server: a step stalled past the bound ends its requests with error
 (stream: error event then [DONE]; non-stream: 503 in the OpenAI shape), the server keeps answering
-during the stall and serves normally after it, and nothing is leaked."""
+during the stall and serves normally after it, and nothing is leaked. A step that computes slowly (its
+layers keep finishing) is never ended, however long it runs (docs/engine-steps.md)."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,8 @@ from tests.server.http_helpers import metric
 
 WATCHDOG_S = 1.0
 STALL_S = 6.0  # far past the watchdog bound; the test never measures it
+SLOW_WATCHDOG_S = 2.0
+SLOW_LAYER_S = 1.3  # < the bound (0.7 s spare for the watchdog's 0.25 s polls), 2 layers > the bound
 
 
 def _events(lines) -> list:
@@ -64,5 +67,29 @@ def test_server_answers_during_stall_and_nonstream_gets_503(monkeypatch) -> None
         r = complete(s.url, max_tokens=8)
         assert r.status_code == 503, r.text
         assert r.json()["error"]["code"] == "engine_error" and set(r.json()["error"]) == {"message", "type", "param", "code"}
+        assert complete(s.url, max_tokens=2).status_code == 200
+        assert_idle(s.url)
+
+
+def test_slow_step_that_computes_is_never_ended(monkeypatch) -> None:
+    # Each of the tiny model's 2 layers takes SLOW_LAYER_S longer on the prompt's steps: every step runs
+    # past the watchdog bound, but a layer finishes more often than the bound: slow, not stuck.
+    with fault_server(monkeypatch, f"slow@1-3:{SLOW_LAYER_S}", watchdog_s=SLOW_WATCHDOG_S) as s:
+        r = complete(s.url, prompt="hello world " * 30, max_tokens=3)
+        assert r.status_code == 200, r.text
+        assert r.json()["choices"][0]["termination"]["reason"] == "max_tokens"
+        assert r.json()["usage"]["prompt_tokens"] > 100
+        assert metric(s.url, "haltwise_engine_breaker_state") == 0
+        assert_idle(s.url)
+
+
+def test_step_stuck_inside_a_layer_is_ended(monkeypatch) -> None:
+    # step 2's second layer never returns (within the test): the first layer moved the counter, then nothing
+    with fault_server(monkeypatch, f"hang@2:{STALL_S}", watchdog_s=WATCHDOG_S) as s:
+        body = {**PLAIN, "prompt": "hello world", "max_tokens": 16, "stream": True}
+        with httpx.stream("POST", f"{s.url}/v1/completions", json=body, timeout=120) as r:
+            events = _events(r.iter_lines())
+        assert events[-1] == "[DONE]" and events[-2]["error"]["code"] == "engine_error", events
+        assert "watchdog" in events[-2]["error"]["message"]
         assert complete(s.url, max_tokens=2).status_code == 200
         assert_idle(s.url)

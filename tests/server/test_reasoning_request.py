@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from haltwise.sampling_params import ParamError
-from haltwise.server.protocol import ChatCompletionRequest
+from haltwise.server.surfaces.openai_protocol import ChatCompletionRequest
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs, thinking_settings
 
 

@@ -5,7 +5,7 @@ from importlib import resources
 import pytest
 
 from haltwise.sampling_params import SamplingParams
-from haltwise.server.protocol import ChatCompletionRequest, CompletionRequest
+from haltwise.server.surfaces.openai_protocol import ChatCompletionRequest, CompletionRequest
 from haltwise.stopping.intent import Intent, classify, classify_many, resolve_auto
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.termination import Reason
@@ -44,7 +44,7 @@ EXPECTED = {"short_answer": ("line",), "list": ("paragraph",), "json": ("json",)
 
 
 def eval_prompts():
-    path = resources.files("haltwise.data").joinpath("stop_prompts.jsonl")
+    path = resources.files("haltwise_bench.data").joinpath("stop_prompts.jsonl")
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 

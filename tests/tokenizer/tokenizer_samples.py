@@ -1,7 +1,7 @@
 """Sample texts for the tokenizer tests (a plain module: tests import it by name)."""
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
-from haltwise.bench.common import longtext_files
+from haltwise_bench.common import longtext_files
 
 LONGTEXT = next(str(p) for p in longtext_files() if p.name == "tempest_gut.txt")
 

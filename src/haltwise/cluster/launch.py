@@ -152,7 +152,8 @@ def serve_cluster(args: Any, serve: Any) -> int:
         return 2
     try:
         build = {"model": args.model, "engine_config": engine_config_from(args), "rope_scaling": args.rope_scaling,
-                 "default_timeout": args.default_timeout, "tiny": args.tiny, "watchdog_s": args.watchdog}
+                 "default_timeout": args.default_timeout, "tiny": args.tiny, "watchdog_s": args.watchdog,
+                 "prompt_cache": getattr(args, "prompt_cache", None)}
         engine = session.deploy(build, replicas, args.replica_cpus, args.max_queue, graceful_shutdown_s=deadline + 5)
         return serve(args, engine)
     finally:

@@ -32,7 +32,9 @@ class EngineReplica:
         from haltwise.engine.async_engine import AsyncEngine
 
         started = time.monotonic()
-        self.engine = AsyncEngine.build(**build)
+        build = dict(build)
+        settings = build.pop("prompt_cache", None)   # each replica opens its own tiers (prompt_cache/settings.py)
+        self.engine = AsyncEngine.build(**build, prompt_tiers=settings.open() if settings is not None else None)
         await self.engine.start()
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.node = ray.util.get_node_ip_address()

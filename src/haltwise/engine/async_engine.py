@@ -7,8 +7,9 @@
     queue.get() <--call_soon_threadsafe---- deliver(update)
     close/cancel --abort------------------> applied before the next step
 
-A watchdog thread ends the requests of a step that makes no progress within `watchdog_s` (reason
-error) and counts it as a failure for the circuit breaker; the engine thread never dies of an exception.
+A watchdog thread ends the requests of a step whose model shows no progress (no layer done) for `watchdog_s`
+(reason error) and counts it as a failure for the circuit breaker: a slow step that computes is never ended,
+however long it runs. The engine thread never dies of an exception.
 """
 from __future__ import annotations
 
@@ -55,7 +56,7 @@ class AsyncEngine:
         self.engine_config = engine.config
         self.max_model_len = engine.max_model_len
         self.compile_structure = engine.compile_structure   # thread-safe: request handlers validate grammars
-        self.watchdog_s = watchdog_s           # a step running longer than this is declared hung
+        self.watchdog_s = watchdog_s           # a step whose model shows no progress this long is declared hung
         self.breaker = breaker or CircuitBreaker()
         self._inbox: queue.SimpleQueue[_Submission] = queue.SimpleQueue()
         self._prepare = ThreadPoolExecutor(PREPARE_WORKERS, thread_name_prefix="haltwise-prepare")
@@ -72,12 +73,13 @@ class AsyncEngine:
     @classmethod
     def build(cls, model: str | None = None, engine_config: EngineConfig | None = None,
               rope_scaling: dict | None = None, default_timeout: float | None = None, tiny: bool = False,
-              watchdog_s: float = 30.0, breaker_threshold: int = 3, breaker_cooldown_s: float = 5.0) -> "AsyncEngine":
+              watchdog_s: float = 30.0, breaker_threshold: int = 3, breaker_cooldown_s: float = 5.0,
+              prompt_tiers=None) -> "AsyncEngine":
         from haltwise.engine.factory import build_engine
 
         torch_thread = TorchThread()  # the model is loaded on the thread that will step it (see torch_thread.py)
         engine = torch_thread.call(build_engine, model, engine_config, rope_scaling=rope_scaling,
-                                   default_timeout=default_timeout, tiny=tiny)
+                                   default_timeout=default_timeout, tiny=tiny, prompt_tiers=prompt_tiers)
         return cls(engine, watchdog_s, CircuitBreaker(breaker_threshold, breaker_cooldown_s), torch_thread)
 
     # ---- lifecycle ---------------------------------------------------------------------------------------------
@@ -224,13 +226,34 @@ class AsyncEngine:
 
     # ---- watchdog ----------------------------------------------------------------------------------------------
     def _watch(self) -> None:
+        """Ends the step in flight once it has shown no progress for watchdog_s (docs/engine-steps.md).
+
+        Progress is the model's counter (ModelRunner.progress: every decoder layer, and every attention in
+        the native stack, moves it), so a long step that computes never fires, however long it runs; a
+        stuck one (a kernel that does not return, a deadlock, a stall before the model) stops the counter.
+        """
         fired_for: float | None = None
+        seen_step: float | None = None
+        seen_beat, quiet_since = 0, 0.0
         while not self._stop.wait(min(0.25, self.watchdog_s / 4)):
             started = self._step_started
-            if started is None or started == fired_for or time.monotonic() - started < self.watchdog_s:
+            if started is None or started == fired_for:
+                continue
+            beat, now = self._progress(), time.monotonic()
+            if started != seen_step:
+                seen_step, seen_beat, quiet_since = started, beat, started
+            elif beat != seen_beat:
+                seen_beat, quiet_since = beat, now
+            if now - quiet_since < self.watchdog_s or self._step_started != started:
                 continue
             fired_for = started
             log.error("watchdog: engine step made no progress for %.1fs; ending its requests", self.watchdog_s)
             self.breaker.record_failure()
             for request_id in list(self._step_requests):
                 self._fail(request_id, f"engine step made no progress for {self.watchdog_s:g}s (watchdog)")
+
+    def _progress(self) -> int:
+        try:
+            return self.engine.runner.progress()
+        except Exception:   # a model without a counter, or one being swapped: no evidence of progress
+            return 0

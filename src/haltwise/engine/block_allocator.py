@@ -24,6 +24,10 @@ Every block is in exactly one state:
 Blocks from num_usable_blocks on are not handed out yet (their pages are still being committed, engine/
 page_commit.py): make_usable(n) adds them to the free list as they arrive, and shrink_to_usable() ends the
 pool there (the host refused the rest). They count neither as free nor as used.
+
+A listener (engine/prompt_cache/engine_link.py) may watch the prefix cache: `registered(block_id, hash)` when
+a block enters it, `evicted(block_id, hash)` just before an evictable block is reused (its KV still intact).
+The allocator never learns where those blocks go; add_restored() marks blocks the listener filled as computed.
 """
 from __future__ import annotations
 
@@ -79,6 +83,7 @@ class BlockAllocator:
         self._seq_hashes: dict[int, list[bytes]] = {}              # seq_id -> hashes of its leading full blocks
         self.prefix_cache_hits = 0     # tokens served from the cache
         self.prefix_cache_queries = 0  # tokens looked up
+        self.listener = None           # see the module docstring (a prompt cache beyond the pool)
 
     # ---- counts -------------------------------------------------------------------------------
     @property
@@ -129,7 +134,7 @@ class BlockAllocator:
         At most (num_tokens - 1) // block_size blocks: the last token is always recomputed so the
         step that finishes the prefill has logits to sample from.
         """
-        if not self.enable_prefix_caching:
+        if not self.enable_prefix_caching or seq.needs_prompt_logits:   # it needs every position's logits
             return [], []
         hashes: list[bytes] = []
         hits: list[int] = []
@@ -170,6 +175,8 @@ class BlockAllocator:
         else:
             block_id, _ = self._evictable.popitem(last=False)
             block = self._blocks[block_id]
+            if self.listener is not None:
+                self.listener.evicted(block_id, block.block_hash)
             del self._cached[block.block_hash]
             block.block_hash = None
         assert block.ref_count == 0, f"block {block.block_id} handed out while in use"
@@ -198,6 +205,7 @@ class BlockAllocator:
         cached_tokens = len(hits) * self.block_size
         seq.num_computed_tokens = cached_tokens
         seq.num_cached_tokens = min(cached_tokens, seq.num_prompt_tokens)
+        seq.num_tier_tokens = {}
         self._live[seq.seq_id] = seq
         self._seq_hashes[seq.seq_id] = hashes
         if self.enable_prefix_caching:
@@ -255,6 +263,33 @@ class BlockAllocator:
             if block.block_hash is None and h not in self._cached:
                 block.block_hash = h
                 self._cached[h] = block.block_id
+                if self.listener is not None:
+                    self.listener.registered(block.block_id, h)
+
+    def prefix_chains_after_hits(self, seq: Sequence) -> list[bytes]:
+        """Chain hashes of seq's full blocks after those it holds computed (its prefix hits, right after
+        allocate_prompt), up to the block before its last token (that token is always computed)."""
+        if not self.enable_prefix_caching or seq.seq_id not in self._live:
+            return []
+        bs = self.block_size
+        hashes = self._seq_hashes[seq.seq_id]
+        first = seq.num_computed_tokens // bs
+        if first != len(hashes):
+            return []
+        chains, prev = [], hashes[-1] if hashes else b""
+        for i in range(first, min((seq.num_tokens - 1) // bs, len(seq.block_table))):
+            prev = chain_hash(prev, seq.token_ids[i * bs:(i + 1) * bs])
+            chains.append(prev)
+        return chains
+
+    def add_restored(self, seq: Sequence, num_blocks: int) -> None:
+        """The listener wrote the next num_blocks blocks of seq's table with their exact KV: they count as
+        computed and cached, and enter the prefix cache."""
+        tokens = num_blocks * self.block_size
+        seq.num_computed_tokens += tokens
+        seq.num_cached_tokens = min(seq.num_computed_tokens, seq.num_prompt_tokens)
+        self.prefix_cache_hits += tokens
+        self.on_computed(seq)
 
     def free(self, seq: Sequence) -> None:
         """Drop the sequence's reference to each of its blocks, exactly once; clears its block table.

@@ -22,7 +22,9 @@ from haltwise.engine.sampler import Sampler
 from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
 from haltwise.engine.sequence import Sequence
-from haltwise.engine.speculation import Speculator, run_heads, speculation_unsupported
+from haltwise.engine.prompt_logprobs import PromptScores, score_prompts
+from haltwise.engine.speculation import Speculator, speculation_unsupported
+from haltwise.engine.step_cost import StepCost
 from haltwise.engine.window_blocks import WindowBlocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import CompletionOutput, RequestOutput
@@ -38,9 +40,6 @@ from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
 
-# Plain-text markers of a next chat turn, for the `turn` stop preset (special tokens never reach the text).
-TURN_MARKERS = ("<|im_start|>", "\nUser:", "\nuser:", "\nHuman:", "\n### Instruction")
-
 
 @dataclass
 class EngineStats:
@@ -54,7 +53,10 @@ class EngineStats:
     breaker_state: int = 0   # 0 closed, 1 half-open, 2 open (set by the async wrapper)
     spec_draft_tokens: int = 0      # speculative drafts verified since start (engine/speculation.py)
     spec_accepted_tokens: int = 0   # of which accepted
+    spec_model_draft_tokens: int = 0      # of the drafts verified, those the draft model proposed (--draft-model)
+    spec_model_accepted_tokens: int = 0   # of which accepted
     kv_blocks_committed: int | None = None   # blocks whose pages are committed so far (None: all)
+    prompt_cache: dict[str, float] | None = None   # the tiers beyond the pool (PromptCache.metrics), None: off
 
 
 class LLMEngine:
@@ -62,10 +64,12 @@ class LLMEngine:
                  engine_config: EngineConfig, max_model_len: int, generation_eos_ids: tuple[int, ...] = (),
                  default_timeout: float | None = None,
                  kv_caches: list[tuple[torch.Tensor, torch.Tensor]] | None = None,
-                 kv_commit: PageCommit | None = None):
-        """kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
+                 kv_commit: PageCommit | None = None, draft=None):
+        """draft: a DraftModel (engine/draft_model.py) proposing speculative drafts, or None.
+        kv_caches: the pool of KVBudget.of_engine(...), already allocated; None allocates and commits it
         here. kv_commit: the PageCommit committing kv_caches' pages, whose blocks become usable as they are
         committed (pool_growth.py); None: kv_caches is committed already."""
+        self.model = model
         self.model_config = model_config
         self.tokenizer = tokenizer
         self.config = engine_config
@@ -82,7 +86,8 @@ class LLMEngine:
         self.allocator = BlockAllocator(self.budget.num_blocks, engine_config.block_size,
                                         engine_config.enable_prefix_caching and window is None, window,
                                         usable_blocks=0 if kv_commit else None)
-        self.scheduler = Scheduler(engine_config, self.allocator, max_model_len)
+        self.step_cost = StepCost()   # this host's step times, learnt from the steps run: sizes prefill chunks
+        self.scheduler = Scheduler(engine_config, self.allocator, max_model_len, step_cost=self.step_cost)
         self.pool_growth = None
         if kv_commit is not None:    # the sliding layers' pool is sized never to run dry: all of it, now
             kv_commit.wait(rows=self.budget.window_blocks)
@@ -91,12 +96,17 @@ class LLMEngine:
             self.take_committed_blocks()
         if kv_caches is None:
             kv_caches = allocate_kv_caches(model_config, self.budget, engine_config.kv_dtype)
+        self.kv_caches = kv_caches
+        self.prompt_cache = None      # attach_prompt_cache: host-RAM and disk tiers beyond the pool
         self.runner = maybe_wrap(ModelRunner(model, kv_caches, engine_config.block_size))
         self.sampler = Sampler()
-        why_not = speculation_unsupported(model_config, model) if engine_config.speculative_tokens else ""
+        why_not = (speculation_unsupported(model_config, model)
+                   if engine_config.speculative_tokens or draft is not None else "")
         if why_not:
             log.info("speculative decoding off: %s", why_not)
-        self.speculator = Speculator(0 if why_not else engine_config.speculative_tokens)
+        self.speculator = Speculator(0 if why_not else engine_config.speculative_tokens,
+                                     None if why_not else draft, engine_config.draft_max_tokens)
+        self.draft = draft
         # Grammars: compiled (and validated) per request, one matcher per sequence, masks filled into
         # one preallocated (max_num_seqs, ceil(V/32)) int32 buffer each step.
         self.structured = LLGuidanceBackend(tokenizer, model_config.vocab_size, self.eos_token_ids)
@@ -109,9 +119,23 @@ class LLMEngine:
         self.last_step_error: Exception | None = None  # the model-runner failure of the last step, if any
         self.last_step_ran_model = False                 # the last step ran the model (breaker evidence)
 
+    def attach_prompt_cache(self, cache) -> bool:
+        """Keep evicted blocks in, and restore prefixes from, the tiers of `cache` (engine/prompt_cache).
+        False (nothing attached) where the pool has no prefix cache (off, or the sliding layers' own pool)."""
+        from haltwise.engine.prompt_cache.engine_link import PromptCacheLink
+
+        if not self.allocator.enable_prefix_caching:
+            return False
+        self.prompt_cache = cache
+        self.scheduler.restore = PromptCacheLink(cache, self.allocator, self.kv_caches).restore
+        return True
+
     # ---- requests in -------------------------------------------------------------------------------------------
     def prepare_prompt(self, prompt_token_ids: list[int], params: SamplingParams) -> tuple[list[int], int]:
         """Validate ids and lengths (SPEC §3: no silent truncation). Returns (prompt ids, tokens truncated)."""
+        if params.priority and self.config.scheduling_policy != "priority":
+            raise InvalidRequest(f"priority {params.priority} needs --scheduling-policy priority (this server "
+                                 "schedules first come, first served; priority must be 0)", param="priority")
         return check_prompt(prompt_token_ids, params, self.model_config.vocab_size, self.max_model_len)
 
     def add_request(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
@@ -168,10 +192,13 @@ class LLMEngine:
                        arrival_time=arrival, deadline=arrival + timeout if timeout else None)
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
         stopper = SequenceStopper(params, self.eos_token_ids, self.special_token_texts, len(prompt),
-                                  self.max_model_len, TURN_MARKERS)
+                                  self.max_model_len)   # the `turn` preset's markers: stopping/presets.py
         state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
                                generator, CompletionOutput(index=index),
                                logprobs=[] if params.logprobs is not None else None)
+        if params.prompt_logprobs is not None and index == 0:   # siblings share the prompt: scored once
+            state.scores = PromptScores(prompt, params.prompt_logprobs)
+            seq.needs_prompt_logits = not state.scores.done
         if params.split_reasoning and self.reasoning_tags is not None:
             state.reasoning = ReasoningSection(self.reasoning_tags, prompt, params.max_reasoning_tokens,
                                                params.repetition_detection,
@@ -196,7 +223,9 @@ class LLMEngine:
         self.last_step_error, self.last_step_ran_model = None, False
         self.take_committed_blocks()
         self._apply_aborts_and_deadlines()
-        out = self.scheduler.schedule(self._propose if self.speculator.num_tokens else None)
+        out = self.scheduler.schedule(self._propose if self.speculator.active else None)
+        for seq in out.preempted:
+            self.speculator.forget(seq.seq_id)
         if out.scheduled:
             self.last_step_ran_model = True
             self._run(out)
@@ -213,16 +242,19 @@ class LLMEngine:
 
     def _run(self, out) -> None:
         states = {s.seq.seq_id: s for r in self.requests.values() for s in r.seqs}
-        runs = [sch for sch in out.scheduled if sch.samples]
+        # A prompt-scoring sequence (max_tokens 0) ends when its prompt is computed: nothing is sampled.
+        scored_only = [sch for sch in out.scheduled if sch.samples and sch.seq.params.max_tokens == 0]
+        runs = [sch for sch in out.scheduled if sch.samples and sch.seq.params.max_tokens != 0]
         sampled = [states[sch.seq.seq_id] for sch in runs]
-        heads = run_heads(runs)
+        started = time.perf_counter()
         try:
             rows = [BatchRow(sch.seq.token_ids, sch.seq.block_table, sch.start, sch.start + sch.num_new_tokens,
-                             sch.samples, sch.draft_token_ids,
+                             sch.samples and sch.seq.params.max_tokens != 0, sch.draft_token_ids,
                              self.allocator.window_table(sch.seq, sch.start, sch.start + sch.num_new_tokens
-                                                         + len(sch.draft_token_ids)))
+                                                         + len(sch.draft_token_ids)), sch.seq.needs_prompt_logits)
                     for sch in out.scheduled]
             logits = self.runner.execute(rows)   # 1 + k rows per run: its last token's, then each draft's
+            heads = score_prompts([states[sch.seq.seq_id] for sch in out.scheduled], rows, logits)
             grammar = self._grammar_mask(sampled)
             head = logits if len(heads) == logits.shape[0] else logits[heads]
             result = self.sampler(head, [s.sampling_row() for s in sampled], grammar) if sampled else None
@@ -232,7 +264,11 @@ class LLMEngine:
             for sch in out.scheduled:
                 self._finish(states[sch.seq.seq_id], Termination(Reason.ERROR, f"engine step failed: {e}"))
             return
+        self.step_cost.observe(out.num_batched_tokens, out.num_attention_pairs, time.perf_counter() - started)
         self.scheduler.after_step(out)
+        for sch in scored_only:
+            self._finish(states[sch.seq.seq_id], Termination(Reason.MAX_TOKENS, "max_tokens 0: the prompt was "
+                                                             "scored, nothing generated"))
         for i, state in enumerate(sampled):
             if not result.finite[i]:
                 self._finish(state, Termination(Reason.ERROR, "model produced NaN/Inf logits"))
@@ -287,6 +323,7 @@ class LLMEngine:
         if state.seq.is_finished:
             return
         self.scheduler.finish(state.seq, state.finish(termination))
+        self.speculator.forget(state.seq.seq_id)
         self.requests[state.seq.request_id].dirty = True
 
     def _collect_updates(self) -> list[RequestOutput]:
@@ -305,7 +342,10 @@ class LLMEngine:
                            a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits,
                            spec_draft_tokens=self.speculator.num_drafted,
                            spec_accepted_tokens=self.speculator.num_accepted,
-                           kv_blocks_committed=a.num_usable_blocks)
+                           spec_model_draft_tokens=self.speculator.num_model_drafted,
+                           spec_model_accepted_tokens=self.speculator.num_model_accepted,
+                           kv_blocks_committed=a.num_usable_blocks,
+                           prompt_cache=self.prompt_cache.metrics() if self.prompt_cache is not None else None)
 
     def describe(self) -> str:
         full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size
@@ -314,6 +354,10 @@ class LLMEngine:
                 "MiB); "
                 f"max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
                 f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
+        if self.speculator.draft is not None:
+            text += f"\n{self.speculator.draft.describe()}; drafts up to {self.config.draft_max_tokens} tokens"
+        elif self.draft is not None:
+            text += "\ndraft model loaded but unused: speculation cannot run on this engine"
         plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
         return f"{text}\n{plan.describe()}" if plan is not None else text
 

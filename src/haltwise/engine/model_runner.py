@@ -22,9 +22,14 @@ class BatchRow:
     draft_token_ids: list[int] = field(default_factory=list)
     # The sliding layers' blocks when they have a pool of their own (engine/window_blocks.py), same indexing.
     window_table: list[int] | None = None
+    # Logits at every position start..end-1 (prompt logprobs, engine/prompt_logprobs.py); with sample the
+    # last of them is the one sampled from, the drafts' follow.
+    all_logits: bool = False
 
     @property
     def num_logits(self) -> int:
+        if self.all_logits:
+            return self.end - self.start + (len(self.draft_token_ids) if self.sample else 0)
         return 1 + len(self.draft_token_ids) if self.sample else 0
 
 
@@ -35,6 +40,11 @@ class ModelRunner:
         self.model = model
         self.kv_caches = kv_caches
         self.block_size = block_size
+
+    def progress(self) -> int:
+        """The model's progress counter (LlamaForCausalLM.progress); 0 for a model without one."""
+        progress = getattr(self.model, "progress", None)
+        return progress() if progress is not None else 0
 
     @torch.inference_mode()
     def execute(self, rows: list[BatchRow]) -> torch.Tensor:

@@ -19,6 +19,10 @@ def check_prompt(prompt_token_ids: list[int], params: SamplingParams, vocab: int
     if bad:
         raise InvalidRequest(f"stop_token_ids: {bad[0]} is outside the vocabulary [0, {vocab}).",
                              param="stop_token_ids")
+    bad = [t for t, _ in params.logit_bias if not 0 <= t < vocab]
+    if bad:
+        raise InvalidRequest(f"logit_bias: token id {bad[0]} (key {str(bad[0])!r}) is outside the vocabulary "
+                             f"[0, {vocab}).", param="logit_bias")
     truncated = 0
     n = params.truncate_prompt_tokens
     if n is not None and len(prompt_token_ids) > n:

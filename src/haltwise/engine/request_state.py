@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from haltwise.engine.prompt_logprobs import PromptScores
 from haltwise.engine.sampler import SamplingRow
 from haltwise.engine.sequence import Sequence
 from haltwise.engine.speculation import PromptLookup
@@ -37,6 +38,9 @@ class SeqOutputState:
     reasoning: ReasoningSection | None = None   # a think section split from the answer (stopping/reasoning.py)
     reasoning_detokenizer: IncrementalDetokenizer | None = None
     lookup: PromptLookup | None = None   # n-gram index for speculative drafts, built at the first proposal
+    scores: PromptScores | None = None   # the prompt's logprobs, when asked (the request's first sequence only)
+    draft_source: str | None = None      # who proposed this step's drafts: "model", "lookup" (speculation.py)
+    draft_length: int = 0                # the draft model's adaptive draft length (0: not drafted yet)
     closing: tuple[list[int], str] | None = None   # a forced close: (token ids, text) written after the cut
 
     def sampling_row(self) -> SamplingRow:
@@ -189,13 +193,17 @@ class RequestState:
         first = [s.seq.first_token_time for s in self.seqs if s.seq.first_token_time is not None]
         arrival = self.seqs[0].seq.arrival_time
         finish = [s.seq.finish_time for s in self.seqs if s.seq.finish_time is not None]
+        started = [s.seq.first_scheduled_time for s in self.seqs if s.seq.first_scheduled_time is not None]
         out = RequestOutput(
             request_id=self.request_id, prompt_token_ids=self.prompt_token_ids,
             outputs=[s.take_update() for s in self.seqs],
             num_truncated_prompt_tokens=self.num_truncated_prompt_tokens,
             num_cached_tokens=self.seqs[0].seq.num_cached_tokens,
+            num_tier_tokens=dict(self.seqs[0].seq.num_tier_tokens),
             first_token_latency=(min(first) - arrival) if first else None,
+            queue_time=(min(started) - arrival) if started else None,
             latency=(max(finish) - arrival) if self.finished and finish else None,
+            prompt_logprobs=list(scores.logprobs) if (scores := self.seqs[0].scores) and scores.done else None,
         )
         self.reported_finished = out.finished
         return out

@@ -1,8 +1,12 @@
 """Batched sampling with per-row parameters: penalties, masks, temperature, top-k/p, min-p, seeds.
 
-Logit edits run in a fixed order: penalties, then the grammar bitmask, then the min_tokens ban (eos
-and stop ids). The grammar wins: where the ban would leave a constrained row no legal token, the ban
-is lifted for that row, so a structure that can only end, ends. A constrained row with no legal token
+Logit edits run in a fixed order: penalties, then logit_bias, then the grammar bitmask, then the
+min_tokens ban (eos and stop ids). Each edit touches its own row only (batch invariance). A bias never
+overrules a later layer: a +100 bias on a token the grammar or the min_tokens ban forbids stays
+forbidden (-inf), while a -100 bias on eos or a stop token is honoured (the token is all but never
+sampled; max_tokens and the context window still end the request). The grammar wins: where the ban
+would leave a constrained row no legal token, the ban is lifted for that row, so a structure that can
+only end, ends. A constrained row with no legal token
 at all is reported in `no_legal_token` and never sampled from. A row with a forced token (the engine
 closing a reasoning section) gets that token; its seeded generator draws nothing for it.
 """
@@ -66,12 +70,15 @@ class Sampler:
         if not bool(finite.all()):
             logits = torch.where(finite[:, None], logits, torch.zeros_like(logits))
         raw = logits
-        edits = [i for i, r in enumerate(rows) if r.masked_token_ids or _has_penalties(r.params)]
+        edits = [i for i, r in enumerate(rows)
+                 if r.masked_token_ids or r.params.logit_bias or _has_penalties(r.params)]
         no_legal: list[bool] | None = None
         if edits or grammar is not None:
             logits = logits.clone()
             for i in edits:
                 _apply_penalties(logits[i], rows[i])
+                if rows[i].params.logit_bias:
+                    _apply_bias(logits[i], rows[i].params.logit_bias)
             constrained = set(grammar.rows) if grammar is not None else set()
             if grammar is not None:
                 apply_bitmask(logits, grammar)
@@ -140,6 +147,12 @@ def _apply_penalties(logits: torch.Tensor, row: SamplingRow) -> None:
     if (p.frequency_penalty or p.presence_penalty) and row.output_token_ids:
         counts = torch.bincount(torch.tensor(row.output_token_ids), minlength=logits.shape[0])[: logits.shape[0]]
         logits -= p.frequency_penalty * counts + p.presence_penalty * (counts > 0)
+
+
+def _apply_bias(logits: torch.Tensor, bias: tuple[tuple[int, float], ...]) -> None:
+    """In place on one (V,) row: logits[id] += bias (OpenAI logit_bias; ids checked at admission)."""
+    index = torch.tensor([t for t, _ in bias], dtype=torch.long)
+    logits[index] += torch.tensor([b for _, b in bias], dtype=logits.dtype)
 
 
 def _filtered_probs(logits: torch.Tensor, params: list[SamplingParams]) -> torch.Tensor:

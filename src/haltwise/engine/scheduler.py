@@ -3,7 +3,7 @@
 Each step spends a token budget (max_num_batched_tokens) over at most max_num_seqs sequences:
 
     1. running decodes   (1 token each, admission order)   -- never starved by prefills
-    2. running prefills  (chunks of min(remaining, budget)) -- long prompts, recomputation after preemption
+    2. running prefills  (chunks of min(remaining, budget), sized to a target step time: step_cost.py)
     3. waiting sequences (round-robin across requests, engine/fairness.py; start while blocks and the
        watermark allow; first chunk this step)
     4. speculative drafts for the decodes of step 1 (engine/speculation.py), from the budget and free
@@ -15,7 +15,9 @@ its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of
 with its token ids (prompt + generated) intact, to be recomputed as a prefill. Sampling happens
 only for a chunk that reaches the sequence's end, so a preempted sequence resumes exactly where it was.
 A request with nothing running may also displace the latest sequence of the request running the most
-(fairness.py), the same way.
+(fairness.py), the same way. Under --scheduling-policy priority (priority.py), running sequences are kept
+in effective-priority order (so the one preempted first is the least urgent), starts go by effective
+priority, and a waiting sequence may preempt a strictly less urgent running one.
 
 The scheduler never touches tensors, the tokenizer or the model; `finish` is the only place a
 sequence becomes FINISHED.
@@ -31,7 +33,10 @@ from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionError, AdmissionPolicy
 from haltwise.engine.block_allocator import BlockAllocator
 from haltwise.engine.fairness import FairStarts
+from haltwise.engine.priority import PriorityRank
+from haltwise.engine.prompt_logprobs import PROMPT_LOGITS_CHUNK
 from haltwise.engine.sequence import Sequence, SequenceStatus
+from haltwise.engine.step_cost import SOLO_FACTOR, StepBudget, StepCost, prefill_pairs
 from haltwise.stopping.termination import Termination
 
 __all__ = ["AdmissionError", "ScheduledSeq", "SchedulerOutput", "Scheduler"]
@@ -69,6 +74,11 @@ class SchedulerOutput:
         return sum(1 for s in self.scheduled if s.is_decode)
 
     @property
+    def num_attention_pairs(self) -> int:
+        """(query, key) position pairs the step's attention computes (step_cost.py)."""
+        return sum(prefill_pairs(s.start, s.num_new_tokens + len(s.draft_token_ids)) for s in self.scheduled)
+
+    @property
     def num_prefill_tokens(self) -> int:
         return self.num_batched_tokens - self.num_decode_tokens
 
@@ -81,8 +91,10 @@ class Scheduler:
     """Decides, step by step, which tokens of which sequences are computed, within memory and budget."""
 
     def __init__(self, config: EngineConfig, allocator: BlockAllocator, max_model_len: int,
-                 retry_after: float = 1.0):
+                 retry_after: float = 1.0, step_cost: StepCost | None = None):
+        """step_cost: the host's measured step times (the engine feeds it); None sizes chunks by budget only."""
         self.config = config
+        self.step_cost = step_cost if config.step_target_s > 0 else None
         # Every running decode must fit in each step's budget, so the budget also caps running sequences.
         self.max_num_seqs = min(config.max_num_seqs, config.max_num_batched_tokens)
         self.allocator = allocator
@@ -93,6 +105,10 @@ class Scheduler:
         self._waiting: deque[Sequence] = deque()
         self._running: list[Sequence] = []  # admission order: the last one is preempted first
         self.num_preemptions = 0
+        self.num_steps = 0                  # schedule() calls so far: the clock of priority aging
+        # After allocate_prompt: fills the blocks after the pool's hits from a prompt cache beyond the pool
+        # (engine/prompt_cache/engine_link.py), marking them computed; None = no such cache.
+        self.restore: Callable[[Sequence], None] | None = None
 
     # ---- views --------------------------------------------------------------------------------
     @property
@@ -119,6 +135,7 @@ class Scheduler:
         """Queue a new sequence, or raise AdmissionError (too_large / queue_full) at once."""
         self.policy.check_new(seq, len(self._waiting))
         seq.status = SequenceStatus.WAITING
+        seq.arrival_step = self.num_steps
         self._waiting.append(seq)
 
     def add_group(self, seqs: list[Sequence]) -> None:
@@ -127,6 +144,7 @@ class Scheduler:
             self.policy.check_new(seq, len(self._waiting) + len(seqs) - 1)
         for seq in seqs:
             seq.status = SequenceStatus.WAITING
+            seq.arrival_step = self.num_steps
             self._waiting.append(seq)
 
     def finish(self, seq: Sequence, termination: Termination) -> None:
@@ -166,6 +184,11 @@ class Scheduler:
         budget = self.config.max_num_batched_tokens
         scheduled: list[ScheduledSeq] = []
         preempted: list[Sequence] = []
+        self.num_steps += 1
+        rank = PriorityRank(self.config.scheduling_policy == "priority", self.config.priority_aging_steps,
+                            self.num_steps)
+        if rank.enabled:
+            self._running.sort(key=rank)    # stable: admission order among equals; the back is preempted first
 
         # 1. Decodes, in admission order. Growing by one token may need a block; if none is free,
         #    preempt from the back of `running` (which this loop has not reached yet, or is `seq`).
@@ -185,15 +208,19 @@ class Scheduler:
         #    While others wait, a chunk takes at most long_prefill_chunk tokens (and at most half the
         #    budget), so a long prompt never holds whole steps against short arrivals, whose TTFT
         #    would otherwise be the long prefill's; alone, it takes the whole budget.
+        #    Every chunk also fits the step's target time (step_cost.py), after the decodes' share.
         chunk_cap = budget
         if self._waiting and self.config.enable_chunked_prefill:
             chunk_cap = max(1, min(self.config.long_prefill_chunk, self.config.max_num_batched_tokens // 2))
+        timer = self._step_budget(scheduled)
         for seq in list(self._running):
             if budget <= 0:
                 break
             if seq.num_uncomputed_tokens <= 1:
                 continue
-            n = min(seq.num_uncomputed_tokens, budget, chunk_cap)
+            n = min(seq.num_uncomputed_tokens, budget, chunk_cap, self._logits_cap(seq))
+            if timer is not None:
+                n = timer.chunk(seq.num_computed_tokens, n)
             covered = self.allocator.ensure_slots(seq, seq.num_computed_tokens + n)
             assert covered, "a started sequence's blocks cover all of its token ids"
             scheduled.append(ScheduledSeq(seq, n))
@@ -201,7 +228,7 @@ class Scheduler:
 
         # 3. Start waiting sequences, fairly across requests (fairness.py): stop at the first that cannot start.
         if self._waiting and budget > 0:
-            budget = self._start_waiting(scheduled, preempted, budget)
+            budget = self._start_waiting(scheduled, preempted, budget, rank, timer)
 
         # 4. Drafts, last: from what the others left (module docstring).
         if propose is not None:
@@ -242,16 +269,28 @@ class Scheduler:
         self.allocator.on_computed(seq)
         self.allocator.trim(seq, seq.num_tokens)
 
-    def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int) -> int:
+    def _step_budget(self, decodes: list[ScheduledSeq]) -> StepBudget | None:
+        """This step's time for prefill chunks: the target (SOLO_FACTOR of it with no decode to delay) less
+        the decodes' predicted share; None when chunks are sized by the token budget only."""
+        if self.step_cost is None or not self.config.enable_chunked_prefill:
+            return None
+        target = self.config.step_target_s * (1 if decodes else SOLO_FACTOR)
+        return self.step_cost.step_budget(target, len(decodes), sum(s.seq.num_tokens for s in decodes),
+                                          self.config.long_prefill_chunk)
+
+    def _start_waiting(self, scheduled: list[ScheduledSeq], preempted: list[Sequence], budget: int,
+                       rank: PriorityRank, timer: StepBudget | None = None) -> int:
         """Start waiting sequences in FairStarts order while budget, slots and blocks allow; returns the budget left.
 
         A request with nothing running that cannot start displaces the latest sequence of the request running
         the most (a displaced sequence already scheduled this step is unscheduled, its tokens refunded).
         """
-        order = FairStarts(self._waiting, self._running)
+        order = FairStarts(self._waiting, self._running, rank)
         while budget > 0 and (seq := order.next()) is not None:
             while not self._can_start(seq):
                 victim = order.victim(seq, self._running)
+                if victim is None and (victim := rank.victim(seq, self._running)) is not None:
+                    order.preempted(victim)
                 if victim is None:
                     break
                 for i, s in enumerate(scheduled):
@@ -266,16 +305,26 @@ class Scheduler:
             if not self.config.enable_chunked_prefill and remaining > budget and scheduled:
                 break  # waits for a step where it fits whole (or runs alone when larger than the budget)
             order.started(seq)
+            if seq.first_scheduled_time is None:
+                seq.first_scheduled_time = time.monotonic()
             self.allocator.allocate_prompt(seq)
+            if self.restore is not None:
+                self.restore(seq)
             seq.status = SequenceStatus.RUNNING
             self._running.append(seq)
             n = seq.num_uncomputed_tokens
             if self.config.enable_chunked_prefill:
-                n = min(n, budget)
+                n = min(n, budget, self._logits_cap(seq))
+                if timer is not None:
+                    n = timer.chunk(seq.num_computed_tokens, n)
             scheduled.append(ScheduledSeq(seq, n))
             budget -= n
         self._waiting = deque(s for s in self._waiting if s.status == SequenceStatus.WAITING)
         return budget
+
+    def _logits_cap(self, seq: Sequence) -> int:
+        """A chunk's size limit: PROMPT_LOGITS_CHUNK while seq wants logits at every prompt position."""
+        return PROMPT_LOGITS_CHUNK if seq.needs_prompt_logits and self.config.enable_chunked_prefill else 1 << 62
 
     def _can_start(self, seq: Sequence) -> bool:
         return (len(self._running) < self.max_num_seqs

@@ -35,15 +35,21 @@ class Sequence:
     deadline: float | None = None         # monotonic time after which the system layer ends it
     token_ids: list[int] = field(default_factory=list)
     num_computed_tokens: int = 0
-    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache
+    num_cached_tokens: int = 0            # prompt tokens served from the prefix cache (pool and tiers)
+    num_tier_tokens: dict[str, int] = field(default_factory=dict)   # of which restored per tier (ram, disk)
     block_table: list[int] = field(default_factory=list)
     status: SequenceStatus = SequenceStatus.WAITING
     termination: Termination | None = None
     num_preemptions: int = 0
     first_token_time: float | None = None
+    first_scheduled_time: float | None = None   # when it first left the waiting queue (the end of "queue")
     finish_time: float | None = None
     num_draft_tokens: int = 0             # speculative drafts verified for this sequence (engine/speculation.py)
     num_accepted_draft_tokens: int = 0    # of which accepted
+    # The prompt's logits are wanted at every position (engine/prompt_logprobs.py) until scored: no
+    # prefix-cache hit then, and chunks capped at PROMPT_LOGITS_CHUNK. Cleared once the prompt is scored.
+    needs_prompt_logits: bool = False
+    arrival_step: int = 0                 # the scheduler step at which it was queued (priority aging)
 
     def __post_init__(self) -> None:
         if not self.token_ids:

@@ -1,8 +1,11 @@
-"""Exact speculative decoding by prompt lookup (n-gram drafts), verified in the decode step itself.
+"""Exact speculative decoding: drafts from prompt lookup or a draft model, verified in the decode step itself.
 
-Drafts. A running decode sequence whose last n tokens (n = MAX_NGRAM down to MIN_NGRAM) occurred earlier
-in its prompt + output proposes the up-to-K tokens that followed the most recent such occurrence
-(PromptLookup: an incremental index, O(MAX_NGRAM) work per new token, none per lookup beyond a dict get).
+Drafts. With a draft model (--draft-model; engine/draft_model.py) the draft model proposes for every
+sequence it can hold, its draft length adapting per sequence (DraftLength); prompt lookup then drafts only
+for a sequence the draft model cannot hold (longer than its pool or window). Without one, a running
+decode sequence whose last n tokens (n = MAX_NGRAM down to MIN_NGRAM) occurred earlier in its prompt +
+output proposes the up-to-K tokens that followed the most recent such occurrence (PromptLookup: an
+incremental index, O(MAX_NGRAM) work per new token, none per lookup beyond a dict get).
 
 Verification. The scheduler gives such a sequence 1 + k new positions (its last token and k drafts, like
 a chunk; drafts come last, from what budget and free blocks remain after every other sequence: they never
@@ -55,15 +58,6 @@ def speculation_unsupported(config, model) -> str:
     return ""
 
 
-def run_heads(runs) -> list[int]:
-    """Index of each sampled ScheduledSeq's first logits row: a run of k drafts has 1 + k rows."""
-    heads, row = [], 0
-    for sch in runs:
-        heads.append(row)
-        row += 1 + len(sch.draft_token_ids)
-    return heads
-
-
 class PromptLookup:
     """Where each n-gram (MIN_NGRAM..MAX_NGRAM) last occurred with a token after it.
 
@@ -97,23 +91,66 @@ class PromptLookup:
         return []
 
 
+class DraftLength:
+    """A sequence's draft-model draft length, adapted to its measured acceptance within [1, k_max]:
+    one more after a run whose drafts were all accepted, one fewer after a rejection."""
+
+    START = 4
+
+    @staticmethod
+    def first(k_max: int) -> int:
+        return min(DraftLength.START, k_max)
+
+    @staticmethod
+    def next(length: int, drafted: int, accepted: int, k_max: int) -> int:
+        if accepted == drafted:
+            return min(k_max, max(length, drafted) + 1)
+        return max(1, min(length, drafted) - 1)
+
+
 class Speculator:
     """Proposes drafts for the sequences that may speculate and accepts verified runs (module docstring)."""
 
-    def __init__(self, num_tokens: int):
+    def __init__(self, num_tokens: int, draft=None, draft_max_tokens: int = 8):
+        """num_tokens: prompt lookup's K, 0 = off; draft: a DraftModel or None; draft_max_tokens: its k_max."""
         self.num_tokens = num_tokens   # K: drafts per step at most, 0 = off
-        self.num_drafted = 0    # draft tokens verified, since start
+        self.draft = draft
+        self.use_draft = draft is not None   # the draft model drafts (benchmarks turn it off and on)
+        self.draft_max_tokens = draft_max_tokens
+        self.num_drafted = 0    # draft tokens verified, since start (every source)
         self.num_accepted = 0   # draft tokens accepted, since start
+        self.num_model_drafted = 0    # of which the draft model's
+        self.num_model_accepted = 0
+
+    @property
+    def active(self) -> bool:
+        return self.num_tokens > 0 or self.use_draft
 
     def propose(self, state, k_max: int) -> list[int]:
         """Drafts for one running decode sequence (state: SeqOutputState); k_max: what budget, max_tokens
         and the context window allow (the scheduler's bound)."""
+        state.draft_source = None
+        if k_max <= 0 or state.matcher is not None or state.reasoning is not None:
+            return []
+        if self.use_draft:
+            if not state.draft_length:
+                state.draft_length = DraftLength.first(self.draft_max_tokens)
+            drafts = self.draft.propose(state.seq, min(state.draft_length, k_max), state.sampling_row())
+            if drafts:
+                state.draft_source = "model"
+                return drafts
         k = min(self.num_tokens, k_max)
-        if k <= 0 or state.matcher is not None or state.reasoning is not None:
+        if k <= 0:
             return []
         if state.lookup is None:
             state.lookup = PromptLookup()
+        state.draft_source = "lookup"
         return state.lookup.propose(state.seq.token_ids, k)
+
+    def forget(self, seq_id: int) -> None:
+        """A sequence finished or was preempted: the draft model's KV of it goes back to its pool."""
+        if self.draft is not None:
+            self.draft.release(seq_id)
 
     def accept(self, state, drafts: list[int], first: int, logits: torch.Tensor, sampler: Sampler,
                ended: bool = False) -> tuple[Termination | None, int]:
@@ -139,6 +176,10 @@ class Speculator:
                 break
         self.num_drafted += len(drafts)
         self.num_accepted += accepted
+        if state.draft_source == "model":
+            self.num_model_drafted += len(drafts)
+            self.num_model_accepted += accepted
+            state.draft_length = DraftLength.next(state.draft_length, len(drafts), accepted, self.draft_max_tokens)
         state.seq.num_draft_tokens += len(drafts)
         state.seq.num_accepted_draft_tokens += accepted
         return termination, accepted

@@ -6,7 +6,7 @@ step's remaining torch ops (embedding rows, the RoPE gather, sampling) run on th
 A torch op on more than one thread opens an OpenMP region, after which libgomp's workers spin-wait on
 the core the pool needs next: with them, 8% of a Gemma 3 step's CPU time went to that spin, and an
 in-process greedy decode (Zen 4, 2 cores, same tokens) ran 1.5-1.7x slower at one sequence and 1.1-1.2x
-at 32 (README, "Threads that survive a shared host").
+at 32 (docs/kernels.md, "Threads that survive a shared host").
 
 Everywhere else (float32, bfloat16, a stack for decode steps only) torch runs the step on the engine's
 threads and the pool follows torch's count.

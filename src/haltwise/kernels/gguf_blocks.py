@@ -10,6 +10,7 @@ on the byte matrix and the kernels see the blocks exactly as stored:
     model.layers.N.mlp.gate_up_proj    = [ffn_gate, ffn_up]
     model.layers.N.mlp.down_proj       = [ffn_down]
     lm_head                            = [output]  or  [token_embd]  when the embedding is tied
+    model.layers.N.mlp.experts.E.*     = expert E's rows of ffn_{gate,up,down}_exps (experts, out, in)
 
 A linear with any shard that is not block-quantized (F32/F16/BF16) gets no entry. q/k rows are
 unpermuted only for the architectures whose converter permutes them (llama); whatever the reader does,
@@ -27,15 +28,15 @@ from gguf import GGMLQuantizationType
 
 from haltwise.config import ModelConfig
 from haltwise.kernels.formats import GGUFShard, LinearSource
-from haltwise.models.gguf_file import GGUFFile
-from haltwise.models.gguf_reader import hf_name, open_gguf, unpermute_qk
+from haltwise.architectures import ARCHITECTURES
+from haltwise.gguf.file import GGUFFile
+from haltwise.gguf.reader import hf_name, open_gguf, unpermute_qk
 
 _FLOAT_TYPES = {GGMLQuantizationType.F32, GGMLQuantizationType.F16, GGMLQuantizationType.BF16}
 # HF leaf -> (fused linear leaf, shard position)
 _FUSED = {"q_proj": ("qkv_proj", 0), "k_proj": ("qkv_proj", 1), "v_proj": ("qkv_proj", 2),
           "gate_proj": ("gate_up_proj", 0), "up_proj": ("gate_up_proj", 1)}
 _PARTS = {"qkv_proj": 3, "gate_up_proj": 2}
-PERMUTED_QK_ARCHITECTURES = ("llama",)
 log = logging.getLogger("haltwise.kernels")
 
 
@@ -53,16 +54,26 @@ def unpermute_block_rows(data: np.ndarray, n_heads: int) -> np.ndarray:
 def linear_shards(reader: GGUFFile, config: ModelConfig) -> dict[str, list[GGUFShard]]:
     """Fused linear name (no '.weight') -> its shards in row order, for every all-quantized linear."""
     parts: dict[str, dict[int, GGUFShard]] = {}
-    permuted = reader.metadata.get("general.architecture") in PERMUTED_QK_ARCHITECTURES
+    options = ARCHITECTURES.get(reader.metadata.get("general.architecture"))
+    arch, permuted = (options.name, options.gguf_permuted_qk) if options else ("llama", False)
     for t in reader.tensors:
         qtype = GGMLQuantizationType(t.tensor_type)
-        if len(t.shape) != 2 or qtype in _FLOAT_TYPES:
+        if len(t.shape) not in (2, 3) or qtype in _FLOAT_TYPES:
             continue
         try:
-            name = hf_name(t.name)
+            name = hf_name(t.name, arch)
         except KeyError:
             continue
         if name is None or not name.endswith(".weight"):
+            continue
+        if len(t.shape) == 3:                               # stacked experts: one row slice each (views)
+            rows, experts = int(t.shape[1]), int(t.shape[2])
+            data = block_rows(t, rows * experts)
+            for e in range(experts):
+                module, _, leaf = name.replace("#", str(e)).removesuffix(".weight").rpartition(".")
+                fused, index = _FUSED.get(leaf, (leaf, 0))
+                parts.setdefault(f"{module}.{fused}", {})[index] = GGUFShard(qtype=qtype, rows=rows,
+                                                                             data=data[e * rows:(e + 1) * rows])
             continue
         module = name.removesuffix(".weight")
         if module == "model.embed_tokens":

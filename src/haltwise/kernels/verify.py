@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from haltwise.kernels.formats import LinearSource
 from haltwise.kernels.plan import BUCKETS, VerifyReport, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
 
@@ -36,17 +37,19 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
                   max_rows: int | None = None) -> tuple[float, str | None]:
     """(worst error / bound, why it failed or None) over the buckets this linear sees."""
     last = bucket_index(max_rows) if max_rows else len(BUCKETS) - 1
-    x = _rows(captured, BUCKETS[last])
-    w = weight.float()
-    ref = F.linear(x, w)                                                 # (rows, out)
-    abs_dot = x.abs() @ w.abs().T
+    top = BUCKETS[last]
+    x = _rows(captured, top)
+    unique = captured[:top]                              # x repeats these rows: reference and bounds (row-wise)
+    w = weight.float()                                  # are computed once per distinct row, then tiled
+    abs_unique = unique.abs() @ w.abs().T
+    ref = _rows(F.linear(unique, w), top)                               # (rows, out)
     bounds: dict[str, torch.Tensor] = {}
     outputs: dict[str, torch.Tensor] = {}
     worst = 0.0
     for b in range(last + 1):
         fmt, prepared = layer.by_bucket(b)
         if fmt.name not in bounds:
-            bounds[fmt.name] = fmt.error_bound(x, w, abs_dot)
+            bounds[fmt.name] = _rows(fmt.error_bound(unique, w, abs_unique), top)
         rows = BUCKETS[b]
         y = fmt.run(prepared, x[:rows])
         err = (y - ref[:rows]).abs()
@@ -67,7 +70,7 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
     return worst, None
 
 
-def verify_model(model: nn.Module, sources: dict[str, "LinearSource"], captured: dict[str, torch.Tensor], replan,
+def verify_model(model: nn.Module, sources: dict[str, LinearSource], captured: dict[str, torch.Tensor], replan,
                  max_rows: int = BUCKETS[-1]) -> VerifyReport:
     """Check every PlannedLinear of the model up to max_rows; replan(name) swaps a failing one for its fallback.
 

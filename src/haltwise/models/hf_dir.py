@@ -10,8 +10,8 @@ import torch
 from safetensors import safe_open
 
 from haltwise.config import ModelConfig
-from haltwise.models.architectures import ArchOptions, family_of, window_pattern
-from haltwise.models.errors import ModelLoadError
+from haltwise.architectures import ArchOptions, family_of, window_pattern
+from haltwise.errors import ModelLoadError
 
 
 def _read_json(path: Path) -> dict[str, Any]:
@@ -61,6 +61,21 @@ def _windows(cfg: dict[str, Any], options: ArchOptions, layers: int) -> tuple[in
     return int(window), tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
 
 
+def _experts(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
+    """The MoE fields of ModelConfig ({} for a dense model): as transformers' Qwen MoE decoder layers decide,
+    a layer is sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
+    experts = cfg.get("num_experts") or cfg.get("num_local_experts")     # transformers 5 saves the latter
+    if not experts:
+        return {}
+    step = int(cfg.get("decoder_sparse_step", 1))
+    dense = {int(i) for i in cfg.get("mlp_only_layers") or ()} | {i for i in range(layers) if (i + 1) % step}
+    return dict(num_experts=int(experts), num_experts_per_tok=int(cfg["num_experts_per_tok"]),
+                moe_intermediate_size=int(cfg["moe_intermediate_size"]),
+                norm_topk_prob=bool(cfg.get("norm_topk_prob", False)),
+                shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
+                mlp_only_layers=tuple(sorted(dense)))
+
+
 def hf_config(directory: Path) -> ModelConfig:
     """ModelConfig from config.json; ModelLoadError for a missing file or unsupported model_type."""
     cfg = _read_json(directory / "config.json")
@@ -93,6 +108,9 @@ def hf_config(directory: Path) -> ModelConfig:
             rope_local_theta=local if window is not None else None,
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
             final_logit_softcapping=None if softcap is None else float(softcap),
+            # smollm3: no_rope_layers[i] is 1 where layer i uses RoPE
+            no_rope_layers=tuple(i for i, use in enumerate(cfg.get("no_rope_layers") or ()) if not use),
+            **_experts(cfg, layers),
         )
     except KeyError as e:
         raise ModelLoadError(f"{directory}/config.json: missing key {e}") from None

@@ -1,5 +1,5 @@
 """The decoder layers every family shares, over a paged KV cache: Attention -> MLP -> DecoderLayer ->
-Model -> ForCausalLM. What a family changes is an ArchOptions entry (models/architectures.py) plus
+Model -> ForCausalLM. What a family changes is an ArchOptions entry (architectures.py) plus
 per-model numbers in ModelConfig; this file reads those options and never names a family.
 
 Attribute names follow Hugging Face (model.embed_tokens, model.layers[i].self_attn.o_proj, ...), except
@@ -18,8 +18,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from haltwise.config import ModelConfig
-from haltwise.models.architectures import ArchOptions, arch_options
+from haltwise.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
+from haltwise.models.moe import SparseMoE
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
 from haltwise.models.weights import WeightLoading
 
@@ -77,11 +78,12 @@ class Attention(nn.Module):
 
 
 class MLP(nn.Module):
-    def __init__(self, config: ModelConfig) -> None:
+    def __init__(self, config: ModelConfig, intermediate_size: int | None = None) -> None:
         super().__init__()
-        self.intermediate_size, self.hidden_act = config.intermediate_size, config.hidden_act
-        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * config.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(config.intermediate_size, config.hidden_size, bias=False)
+        self.intermediate_size = intermediate_size or config.intermediate_size     # an expert's own width
+        self.hidden_act = config.hidden_act
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * self.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(self.intermediate_size, config.hidden_size, bias=False)
         self.act = _ACTIVATIONS[config.hidden_act]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -97,13 +99,15 @@ class DecoderLayer(nn.Module):
         super().__init__()
         norm = lambda: RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)  # noqa: E731
         self.self_attn = Attention(config, layer, options)
-        self.mlp = MLP(config)
+        self.mlp = SparseMoE(config, MLP) if config.is_moe(layer) else MLP(config)
         self.input_layernorm = norm()
         self.post_attention_layernorm = norm()      # Llama: the pre-MLP norm; Gemma: the attention output's
         self.sandwich = options.sandwich_norms
         if self.sandwich:
             self.pre_feedforward_layernorm, self.post_feedforward_layernorm = norm(), norm()
-        self.local_rope = config.is_sliding(layer) and config.rope_local_theta is not None
+        # The layer's second rope table: the sliding layers' own base (gemma3), or none at all (smollm3).
+        self.local_rope = (config.is_sliding(layer) and config.rope_local_theta is not None) \
+            or layer in config.no_rope_layers
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         attn = self.self_attn(self.input_layernorm(x), rope, kv_cache, meta)
@@ -126,7 +130,14 @@ class LlamaModel(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(config, i, options) for i in range(config.num_layers))
         self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, options.norm_plus_one)
         self.native_decode = None   # models/native_decode.py: set under --dtype auto when the kernels load
+        self.layers_run = 0         # Python layers run since construction (progress(): the watchdog's evidence)
         self.build_rope(config, max_model_len)
+
+    def progress(self) -> int:
+        """A counter that grows while a forward computes: per layer on the Python path, per layer and per
+        attention in the native stack. Any thread may read it during a forward (the stack frees the GIL)."""
+        native = self.native_decode
+        return self.layers_run + (native.stack.beats if native is not None else 0)
 
     def build_rope(self, config: ModelConfig, max_model_len: int) -> None:
         """(Re)compute the rope tables: the global layers', and the sliding layers' own where they differ.
@@ -138,8 +149,11 @@ class LlamaModel(nn.Module):
 
     def _build_rope(self, config: ModelConfig, max_model_len: int) -> None:
         self.rotary_emb = RotaryEmbedding.for_config(config, max_model_len)
-        self.rotary_emb_local = (RotaryEmbedding.for_config(config, max_model_len, local=True)
-                                 if any(layer.local_rope for layer in self.layers) else None)
+        self.rotary_emb_local = None
+        if config.no_rope_layers:
+            self.rotary_emb_local = RotaryEmbedding.identity(config.head_dim, max_model_len)
+        elif any(layer.local_rope for layer in self.layers):
+            self.rotary_emb_local = RotaryEmbedding.for_config(config, max_model_len, local=True)
 
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],
                 meta: AttentionMetadata, logits_indices: torch.Tensor) -> torch.Tensor:
@@ -154,6 +168,7 @@ class LlamaModel(nn.Module):
         else:
             for layer, kv_cache in zip(self.layers, kv_caches, strict=True):
                 h = layer(h, local if layer.local_rope else rope, kv_cache, meta)
+                self.layers_run += 1
         return self.norm(h[logits_indices])                 # (B, hidden)
 
 
@@ -173,6 +188,10 @@ class LlamaForCausalLM(WeightLoading, nn.Module):
         """Make lm_head share embed_tokens' weight when the config says so (idempotent)."""
         if self.config.tie_word_embeddings:
             self.lm_head.weight = self.model.embed_tokens.weight
+
+    def progress(self) -> int:
+        """Grows while a step computes (LlamaModel.progress); read by the engine's watchdog."""
+        return self.model.progress()
 
     @torch.inference_mode()
     def forward(self, input_ids: torch.Tensor, positions: torch.Tensor, kv_caches: list[KVCache],

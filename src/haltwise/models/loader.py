@@ -10,9 +10,10 @@ from typing import Any, Literal
 import torch
 
 from haltwise.config import ModelConfig
-from haltwise.models import gguf_reader, hf_dir, weight_cache
+from haltwise.gguf import reader as gguf_reader
+from haltwise.models import hf_dir, weight_cache
 from haltwise.models.catalog import resolve_model
-from haltwise.models.errors import ModelLoadError
+from haltwise.errors import ModelLoadError
 from haltwise.models.llama import LlamaForCausalLM
 from haltwise.models.mapped_weights import map_weights, materialize
 from haltwise.models.rope import max_supported_len, rope_type_of

@@ -19,9 +19,9 @@ import numpy as np
 import torch
 from torch import nn
 
-from haltwise.models.dequant import dequantize
-from haltwise.models.errors import ModelLoadError
-from haltwise.models.gguf_reader import GGUFTensor, tensor_values
+from haltwise.gguf.dequant import dequantize
+from haltwise.errors import ModelLoadError
+from haltwise.gguf.reader import GGUFTensor, tensor_values
 from haltwise.models.weights import FUSED, split_name
 
 
@@ -29,7 +29,7 @@ class QuantizedEmbedding(nn.Module):
     """nn.Embedding over a GGUF tensor's rows as stored: forward dequantizes the looked-up rows only.
 
     rows: (vocab, bytes_per_row) uint8, a read-only view of the mapped file. Results equal nn.Embedding
-    over the whole dequantized table (the same per-block arithmetic, models/dequant.py)."""
+    over the whole dequantized table (the same per-block arithmetic, gguf/dequant.py)."""
 
     def __init__(self, tensor: GGUFTensor):
         super().__init__()

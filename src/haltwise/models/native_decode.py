@@ -44,6 +44,8 @@ class NativeDecode:
         module = build.load()
         if module is None:
             return None, build.failure() or "native kernels unavailable"
+        if any(not hasattr(layer.mlp, "gate_up_proj") for layer in model.layers):
+            return None, "mixture-of-experts layers run in Python (models/moe.py): the native stack has no MoE"
         first = model.layers[0]
         attn, mlp = first.self_attn, first.mlp
         act = ACTIVATIONS.get(mlp.hidden_act)

@@ -175,6 +175,15 @@ class RotaryEmbedding(nn.Module):
         return cls(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings,
                    max_len, config.rope_freq_factors)
 
+    @classmethod
+    def identity(cls, head_dim: int, max_len: int) -> "RotaryEmbedding":
+        """cos 1, sin 0 at every position: x * 1 + rotate_half(x) * 0 == x, bit for bit (layers without RoPE
+        run the same code, and the same native stack, as the others)."""
+        rope = cls(head_dim, 10000.0, None, 1, 1)
+        rope.cos, rope.sin = torch.ones(max_len, head_dim), torch.zeros(max_len, head_dim)
+        rope.max_len = max_len
+        return rope
+
     def forward(self, positions: torch.Tensor, meta: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
         """positions: (T,) -> cos, sin: (T, 1, D) each, looked up once a step and shared by every layer.
 

@@ -21,12 +21,12 @@ def split_name(name: str) -> tuple[str, str, str]:
 class WeightLoading:
     """Mixed into the causal LM (needs self.config, named_parameters)."""
 
-    def shard_rows(self, fused: str) -> list[int]:
-        """Rows of each part of a fused projection, in stacking order."""
+    def shard_rows(self, fused: str, rows: int) -> list[int]:
+        """Rows of each part of a fused projection of `rows` rows, in stacking order."""
         c = self.config
         if fused == "qkv_proj":
             return [c.num_heads * c.head_dim, c.num_kv_heads * c.head_dim, c.num_kv_heads * c.head_dim]
-        return [c.intermediate_size, c.intermediate_size]
+        return [rows // 2, rows // 2]           # gate, up: an expert's width is its own
 
     @torch.no_grad()
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]],
@@ -51,7 +51,7 @@ class WeightLoading:
                 target = params.get(f"{module}.{fused}.{kind}")
                 if target is None:
                     raise ValueError(f"unexpected weight {name}")
-                sizes = self.shard_rows(fused)
+                sizes = self.shard_rows(fused, target.shape[0])
                 start = sum(sizes[:shard])
                 target = target[start:start + sizes[shard]]
             else:

@@ -21,7 +21,7 @@ from typing import Any, AsyncIterator, Sequence
 from fastapi import FastAPI
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from haltwise.server.api import ServerState, router
+from haltwise.server.api import router
 from haltwise.server.client_limit import PerClientConcurrency
 from haltwise.server.connections import DEFAULTS as CONNECTION_DEFAULTS
 from haltwise.server.connections import BodyDeadline
@@ -30,8 +30,10 @@ from haltwise.server.errors import error_body, install_error_handlers
 from haltwise.server.limits import DEFAULT_CAPS, RequestCaps
 from haltwise.server.metrics import ServerMetrics
 from haltwise.server.page import install_page
+from haltwise.server.state import ServerState
 from haltwise.server.surfaces import SURFACES
 from haltwise.server.surfaces.anthropic_errors import AnthropicErrors
+from haltwise.server.tracing import TraceContext
 
 DEFAULT_MAX_BODY_BYTES = 1 << 20
 PROTECTED_PREFIXES = ("/v1/", "/tokenize", "/detokenize")
@@ -111,7 +113,7 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
               allowed_hosts: Sequence[str] = LOOPBACK_HOSTS, cors_origins: Sequence[str] = (),
               protect_metrics: bool = False, body_timeout: float = CONNECTION_DEFAULTS.body_timeout,
               docs: bool = False, caps: RequestCaps = DEFAULT_CAPS,
-              max_concurrent_per_client: int | None = None) -> FastAPI:
+              max_concurrent_per_client: int | None = None, tracer: Any = None) -> FastAPI:
     """The haltwise ASGI app around `engine` (an AsyncEngine, or cluster.client.RemoteEngine).
 
     manage_engine: start the engine on app startup and shut it down (within shutdown_grace seconds)
@@ -121,6 +123,7 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     allowed_hosts, cors_origins: see edge_security.py. docs: serve /docs and /redoc (they load Swagger
     UI from a CDN, so off by default); /openapi.json is always served. caps: see limits.py.
     max_concurrent_per_client: see client_limit.py (None: no per-client limit).
+    tracer: a tracing.RequestTracer (--otlp-traces-endpoint): a span per engine request; None: no tracing.
     """
     metrics = ServerMetrics(engine.stats)
     for collector in getattr(engine, "metric_collectors", list)():  # e.g. per-replica metrics of a cluster
@@ -138,6 +141,8 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
             state.draining = True
             if manage_engine:
                 await engine.shutdown(shutdown_grace)
+            if tracer is not None:
+                tracer.shutdown()      # flushes the spans still batched
 
     app = FastAPI(title="haltwise", version="0.1.0", lifespan=lifespan, strict_content_type=False,
                   docs_url="/docs" if docs else None, redoc_url="/redoc" if docs else None,
@@ -145,9 +150,9 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
     app.state.server = state
     app.state.metrics = metrics
     app.state.caps = caps
-    app.include_router(router)
     for surface in SURFACES:
         app.include_router(surface)
+    app.include_router(router)
     install_error_handlers(app)
     if ui:
         install_page(app)
@@ -159,6 +164,8 @@ def build_app(engine: Any, served_model_name: str = "SmolLM2-135M-Instruct", api
         app.add_middleware(ApiKey, api_key=api_key, metrics=metrics, protect_metrics=protect_metrics)
     elif protect_metrics:
         raise ValueError("protect_metrics needs an api_key")
+    if tracer is not None:
+        app.add_middleware(TraceContext, tracer=tracer)
     install_edge_security(app, allowed_hosts, cors_origins)
     app.add_middleware(AnthropicErrors)  # outermost: every error on /v1/messages* in Anthropic's shape
     return app

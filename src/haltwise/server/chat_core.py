@@ -4,11 +4,11 @@ Every chat surface is a thin adapter over this module:
 
     surface request --translate--> ChatTurn (OpenAI-shaped messages + SamplingParams + tools)
     ChatTurn --chat_prompt--> prompt ids (template; user/tool text never becomes control tokens)
-    ChatCall: start() -> deltas() | result() -> close()      (close() always runs, from a finally)
+    ChatCall: start() -> deltas() | result() -> close()      (generation.respond drives it)
     ChatResult / ChatDelta --map--> surface response / events   (termination mapped, never recomputed)
 
 The engine run, the per-request metrics and the JSON log line are the ones the OpenAI routes use
-(runner.EngineRun, request_log.RequestRecorder), so a termination is recorded the same on every surface.
+(generation.Generation), so a termination is recorded the same on every surface. Imports no surface.
 """
 from __future__ import annotations
 
@@ -16,19 +16,13 @@ from dataclasses import dataclass, field
 from typing import Any, AsyncIterator
 
 from fastapi import Request
-from fastapi.responses import StreamingResponse
-from starlette.concurrency import run_in_threadpool
-from starlette.types import Receive, Scope, Send
 
 from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
-from haltwise.server.api import ServerState, _check_admitting, _check_model, _replica_header, _state
 from haltwise.server.chat_prompt import chat_prompt
 from haltwise.server.chat_tools import prepare_chat
-from haltwise.server.limits import check_request_caps
-from haltwise.server.request_log import RequestRecorder
-from haltwise.server.responses import raise_if_failed
-from haltwise.server.runner import EngineRun
+from haltwise.server.generation import Generation, raise_if_failed
+from haltwise.server.state import state_of
 from haltwise.stopping.termination import Termination
 from haltwise.toolcalls.constraint import ToolCallConstraint
 from haltwise.toolcalls.response import ToolDeltaStream, chat_message
@@ -63,6 +57,7 @@ class ChatResult:
     prompt_tokens: int
     completion_tokens: int
     cached_tokens: int = 0
+    cached_by_tier: dict[str, int] = field(default_factory=dict)   # {pool, ram, disk} (RequestOutput.cached_by_tier)
     tool_calls: list[dict[str, Any]] | None = None
     reasoning: str = ""
     reasoning_tokens: int = 0
@@ -84,16 +79,6 @@ class ChatDelta:
     result: ChatResult | None = None
 
 
-def begin(request: Request, body: Any) -> ServerState:
-    """The common start of a surface's route: the model is ours, the body within the request caps
-    (server/limits.py: messages, max_period), and the server is admitting."""
-    st = _state(request)
-    _check_model(st, body.model)
-    check_request_caps(body, request.app.state.caps)
-    _check_admitting(st)
-    return st
-
-
 def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: str = "") -> ChatResult:
     """The ChatResult of a finished engine output (error / cancelled raise, as on the OpenAI routes).
     With tools, the text is split by the request's call parser into text outside calls and the calls."""
@@ -105,7 +90,8 @@ def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: 
         message = chat_message(tools, o.text, rid, 0)
         text, calls = message["content"] or "", message.get("tool_calls")
     return ChatResult(text=text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
-                      completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens, tool_calls=calls,
+                      completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens,
+                      cached_by_tier=out.cached_by_tier, tool_calls=calls,
                       reasoning=o.reasoning_text, reasoning_tokens=o.num_reasoning_tokens, logprobs=o.logprobs)
 
 
@@ -113,7 +99,7 @@ class ChatCall:
     """The engine request behind one chat turn (n = 1), recorded like every other generation."""
 
     def __init__(self, request: Request, rid: str, turn: ChatTurn):
-        st = _state(request)
+        st = state_of(request)
         if turn.params.n != 1:
             raise ParamError("n", "this surface generates one answer per request")
         self.st, self.rid, self.turn = st, rid, turn
@@ -123,20 +109,22 @@ class ChatCall:
         self.tools = plan.constraint if plan is not None else None          # None: a plain text answer
         self.prompt_text, self.prompt_ids = chat_prompt(request, messages,
                                                     **{**turn.template_kwargs, **template_kwargs})
-        recorder = RequestRecorder(st.metrics, rid, st.log_content, self.prompt_text)
-        self.run = EngineRun(st.engine, request, rid, [self.prompt_ids], self.params, [recorder])
-        self.headers: dict[str, str] = {}
+        self.generation = Generation(st, request, rid, [self.prompt_ids], [self.prompt_text], self.params)
+
+    @property
+    def headers(self) -> dict[str, str]:
+        return self.generation.headers
+
+    async def prepare(self) -> None:
+        """Validate the structure (400 with param); nothing started yet."""
+        await self.generation.prepare()
 
     async def start(self) -> None:
-        """Validate the structure (400 with param), start the engine request, wait for its first update."""
-        compile_structure = getattr(self.st.engine, "compile_structure", None)
-        if self.params.structured_outputs is not None and compile_structure is not None:
-            await run_in_threadpool(compile_structure, self.params)
-        await self.run.start()
-        self.headers = _replica_header(self.st.engine, self.run.ids)
+        """Start the engine request, wait for its first update."""
+        await self.generation.start()
 
     async def result(self) -> ChatResult:
-        (out,) = await self.run.collect()
+        (out,) = await self.generation.run.collect()
         return result_of(out, self.tools, self.rid)
 
     async def deltas(self) -> AsyncIterator[ChatDelta]:
@@ -144,7 +132,7 @@ class ChatCall:
         ClientGone. With tools, a possible call opener is held back until it is known not to be one, so
         no call markup ever reaches a text delta (the parser the non-streamed answer uses)."""
         stream = ToolDeltaStream(self.tools, self.rid, 0) if self.tools is not None else None
-        async for _, out in self.run.updates():
+        async for _, out in self.generation.run.updates():
             o = out.outputs[0]
             result = result_of(out, self.tools, self.rid) if out.finished else None
             text, calls = o.delta_text, []
@@ -156,19 +144,4 @@ class ChatCall:
                 yield ChatDelta(text=text, reasoning=o.delta_reasoning_text, tool_calls=calls, result=result)
 
     async def close(self) -> None:
-        await self.run.close()
-
-
-class CallStream(StreamingResponse):
-    """An SSE response that closes its ChatCall however the response ends (even if never iterated)."""
-
-    def __init__(self, content: AsyncIterator[str], call: ChatCall):
-        super().__init__(content, media_type="text/event-stream",
-                         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **call.headers})
-        self.call = call
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        try:
-            await super().__call__(scope, receive, send)
-        finally:
-            await self.call.close()
+        await self.generation.close()

@@ -51,6 +51,44 @@ class _EngineStatsCollector(Collector):
                                   value=value("spec_draft_tokens"))
         yield CounterMetricFamily("haltwise_spec_accepted_tokens", "Speculative draft tokens accepted.",
                                   value=value("spec_accepted_tokens"))
+        yield CounterMetricFamily("haltwise_spec_draft_model_draft_tokens", "Speculative draft tokens verified that "
+                                  "the draft model (--draft-model) proposed (part of haltwise_spec_draft_tokens).",
+                                  value=value("spec_model_draft_tokens"))
+        yield CounterMetricFamily("haltwise_spec_draft_model_accepted_tokens", "Draft-model draft tokens accepted "
+                                  "(part of haltwise_spec_accepted_tokens).",
+                                  value=value("spec_model_accepted_tokens"))
+        yield from _prompt_cache_families(getattr(s, "prompt_cache", None) or {})
+
+
+# The prompt cache beyond the pool (engine/prompt_cache): (name, kind, help, key per tier or a plain key).
+_PROMPT_CACHE = [
+    ("hit_blocks", CounterMetricFamily, "Prompt blocks restored from a tier instead of prefilled.", True),
+    ("hit_bytes", CounterMetricFamily, "Bytes of prompt blocks restored from a tier.", True),
+    ("saved_bytes", CounterMetricFamily, "Bytes of prompt blocks stored in a tier (RAM) or written (disk).", True),
+    ("evictions", CounterMetricFamily, "Prompt-cache entries evicted to stay within the tier's budget.", True),
+    ("used_bytes", GaugeMetricFamily, "Bytes the tier holds now.", True),
+    ("budget_bytes", GaugeMetricFamily, "Bytes the tier may hold.", True),
+    ("miss_blocks", CounterMetricFamily, "Prompt blocks looked up beyond the pool that no tier held.", False),
+    ("disk_write_drops", CounterMetricFamily, "Disk writes dropped (queue full, no room, I/O error).", False),
+    ("disk_corrupt_skipped", CounterMetricFamily, "Corrupt, truncated or foreign disk entries removed unread.",
+     False),
+    ("disk_untrusted_skipped", CounterMetricFamily, "Disk entries not ours or writable by others, removed unread.",
+     False),
+]
+
+
+def _prompt_cache_families(stats: dict[str, float]) -> Iterable[Any]:
+    if not stats:
+        return
+    for key, kind, doc, per_tier in _PROMPT_CACHE:
+        name = "haltwise_prompt_cache_" + key.removeprefix("disk_")
+        if per_tier:
+            family = kind(name, doc, labels=["tier"])
+            for tier in ("ram", "disk"):
+                family.add_metric([tier], float(stats.get(f"{tier}_{key}", 0)))
+            yield family
+        else:
+            yield kind(name, doc, value=float(stats.get(key, 0)))
 
 
 class ServerMetrics:

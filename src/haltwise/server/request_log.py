@@ -14,6 +14,7 @@ from typing import Any
 from haltwise.outputs import RequestOutput
 from haltwise.server.log_redaction import redact_choice
 from haltwise.server.metrics import ServerMetrics
+from haltwise.server.tracing import begin_trace
 
 request_log = logging.getLogger("haltwise.requests")
 
@@ -33,6 +34,7 @@ class RequestRecorder:
         self.num_prompt_tokens = 0
         self.num_output_tokens = 0  # across the n choices
         self.done = False
+        self.trace = begin_trace(request_id)   # None unless --otlp-traces-endpoint (tracing.py)
 
     def observe(self, out: RequestOutput) -> None:
         """Record one update: time to first token, and inter-token gaps spread over the new tokens."""
@@ -78,6 +80,8 @@ class RequestRecorder:
             if self.log_content:
                 choice["output"] = o.text
             choices.append(choice if self.log_content else redact_choice(choice))
+        if self.trace is not None:
+            self.trace.end(choices, len(out.prompt_token_ids), self.num_output_tokens, out.queue_time, ttft, latency)
         self._write(ttft, latency, choices, out)
 
     def rejected(self) -> None:
@@ -93,6 +97,8 @@ class RequestRecorder:
         self.metrics.prompt_tokens.inc(self.num_prompt_tokens)
         ttft = self.first_token_at - self.arrival if self.first_token_at is not None else None
         choices = [{"reason": "cancelled", "layer": "system", "detail": detail}]
+        if self.trace is not None:
+            self.trace.end(choices, self.num_prompt_tokens, 0, None, ttft, time.monotonic() - self.arrival)
         self._write(ttft, time.monotonic() - self.arrival, choices, None)
 
     def _write(self, ttft: float | None, latency: float, choices: list[dict[str, Any]],

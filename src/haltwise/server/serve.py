@@ -20,7 +20,7 @@ from typing import Any
 import uvicorn
 
 from haltwise.memory_size import parse_memory
-from haltwise.server import connections, limits, secrets
+from haltwise.server import connections, limits, prompt_cache_args, secrets, tracing
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
@@ -46,10 +46,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--docs", action="store_true", help="serve /docs and /redoc (they load Swagger UI from a CDN)")
     connections.add_arguments(parser)
     limits.add_arguments(parser)
+    prompt_cache_args.add_arguments(parser)
     a("--max-concurrent-per-client", type=int, default=None, metavar="N",
       help="requests in flight per client (its API key, else its address) before 429 + Retry-After (default: off)")
     a("--default-timeout", type=float, default=None, help="seconds per request unless it sets `timeout`")
-    a("--watchdog", type=float, default=30.0, help="seconds an engine step may run before its requests fail")
+    a("--watchdog", type=float, default=30.0,
+      help="seconds a step may show no progress (no layer done) before its requests fail; a slow step never does")
     a("--max-body-bytes", type=parse_memory, default=DEFAULT_MAX_BODY_BYTES, help="request body limit (413)")
     a("--max-header-bytes", type=parse_memory, default=64 * 1024, help="request line + headers limit")
     a("--shutdown-grace", type=float, default=10.0, help="seconds in-flight requests get on SIGTERM")
@@ -62,6 +64,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                            "instead of starting a local one on 127.0.0.1")
     a("--tool-call-parser", default=None, choices=sorted(FORMATS) + sorted(ALIASES), help="tool-call format: hermes (Qwen2.5), llama3_json, mistral "
                                                 "(default: chosen from the model's chat template)")
+    tracing.add_arguments(parser)
     a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
 
 
@@ -97,15 +100,38 @@ def run(args: argparse.Namespace) -> int:
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
     args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
+    try:  # also before the model loads: --otlp-traces-endpoint without the otel extra
+        args.tracer = tracing.tracer_from(args.otlp_traces_endpoint)
+    except SystemExit as exc:
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    args.prompt_cache = prompt_cache_args.settings_from(args, args.no_prefix_caching)
+    print(f"haltwise: {args.prompt_cache.describe()}", flush=True)
     if args.replicas or args.ray_address:
         from haltwise.cluster.launch import serve_cluster
 
         return serve_cluster(args, _serve)
-    engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
-                               default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog)
+    from haltwise.engine.draft_build import DraftModelError
+
+    try:
+        tiers = args.prompt_cache.open()
+    except ValueError as exc:     # an untrusted --prompt-cache-dir
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        engine = AsyncEngine.build(args.model, engine_config_from(args), rope_scaling=args.rope_scaling,
+                                   default_timeout=args.default_timeout, tiny=args.tiny, watchdog_s=args.watchdog,
+                                   prompt_tiers=tiers)
+    except DraftModelError as exc:   # --draft-model with another vocabulary: refused, nothing served
+        print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+        return 2
     if args.chat_template is not None:
         engine.tokenizer.set_chat_template(args.chat_template)
-    return _serve(args, engine)
+    try:
+        return _serve(args, engine)
+    finally:
+        if tiers.disk is not None:   # a graceful stop writes what is queued (bounded: WRITE_QUEUE_BLOCKS)
+            tiers.disk.flush(timeout=30)
 
 
 def _serve(args: argparse.Namespace, engine: Any) -> int:
@@ -118,7 +144,7 @@ def _serve(args: argparse.Namespace, engine: Any) -> int:
                     allow_special_tokens_in_content=args.allow_special_tokens_in_content,
                     allowed_hosts=hosts, cors_origins=_split(args.cors_origins), protect_metrics=args.protect_metrics,
                     body_timeout=conn.body_timeout, docs=args.docs, caps=limits.caps_from(args),
-                    max_concurrent_per_client=args.max_concurrent_per_client)
+                    max_concurrent_per_client=args.max_concurrent_per_client, tracer=getattr(args, "tracer", None))
     app.state.server.tool_call_parser = args.tool_call_parser
     config = connections.uvicorn_config(app, args.host, args.port, conn, log_level="info",
                                         h11_max_incomplete_event_size=args.max_header_bytes,

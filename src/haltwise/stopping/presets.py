@@ -21,11 +21,11 @@ from typing import Sequence
 
 from haltwise.stopping.stop_strings import Match, StopStringMatcher, TextStop
 
-# Next-turn markers used when the caller gives none: ChatML / Llama-3 control texts and the plain
-# role prefixes small models write when they start the user's turn themselves.
+# The turn markers (the one list; the engine's `turn` preset uses it): ChatML / Llama-3 control texts and the
+# plain role prefixes small models write when they start the user's turn themselves.
 # End-of-turn tokens (<|im_end|>, <|eot_id|>) are not here: they are eos, reported as such.
 DEFAULT_TURN_MARKERS = ("<|im_start|>", "<|start_header_id|>",
-                        "\nUser:", "\nuser:", "\nHuman:", "\n### User:", "\n### Human:")
+                        "\nUser:", "\nuser:", "\nHuman:", "\n### User:", "\n### Human:", "\n### Instruction")
 
 
 class JsonPreset:

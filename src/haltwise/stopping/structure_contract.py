@@ -15,8 +15,8 @@ Tool calls (params.tool_calls) settle through their own constraint: it parses th
 whether a call is open (auto mode: free text outside calls is no structure) and turns complete calls
 into reason tool_call (toolcalls/constraint.py).
 
-Loop detectors under a grammar keep cutting (they are not relaxed): a measured choice, see README
-"Structured outputs and the loop detector" -- a cut structure is reported as "length", never as "stop".
+Loop detectors under a grammar keep cutting (they are not relaxed): a measured choice, see docs/benchmarks.md
+"Loop detectors under a grammar" -- a cut structure is reported as "length", never as "stop".
 """
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from haltwise.tokenizer import build_cache
 from haltwise.tokenizer.byte_alphabet import token_string_to_bytes
 from haltwise.tokenizer.chat import ChatTemplate
 from haltwise.tokenizer.gguf_bpe import PRE_TOKENIZER_SPLITS, byte_level_backend
-from haltwise.models.gguf_file import read_gguf_metadata
+from haltwise.gguf.file import read_gguf_metadata
 from haltwise.tokenizer.gguf_sentencepiece import sentencepiece_backend
 from haltwise.tokenizer.spm_native import NativeSpm
 from haltwise.tokenizer.gguf_vocab import add_named_special_tokens, set_post_processor, token_text

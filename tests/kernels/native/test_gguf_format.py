@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType as Q
-from haltwise.models.gguf_file import GGUFFile
+from haltwise.gguf.file import GGUFFile
 
 from haltwise.kernels.formats import GGUFShard, LinearSource, Unsupported, all_formats
 from haltwise.kernels.gguf_blocks import block_rows, linear_shards

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.sampling_params import ParamError
 from haltwise.server.chat_core import ChatDelta, ChatResult
 from haltwise.server.surfaces.anthropic_messages import MessageEvents, message_body, tool_use_blocks
 from haltwise.server.surfaces.anthropic_protocol import MessagesRequest
@@ -75,7 +75,7 @@ def test_stop_sequences_and_sampling() -> None:
 
 def result(text: str, reason: Reason, tool_calls=None, **kw) -> ChatResult:
     return ChatResult(text=text, termination=Termination(reason, **kw), prompt_tokens=7, completion_tokens=3,
-                      tool_calls=tool_calls)
+                      cached_tokens=5, cached_by_tier={"pool": 1, "ram": 4, "disk": 0}, tool_calls=tool_calls)
 
 
 def test_message_body_maps_the_record() -> None:
@@ -83,7 +83,8 @@ def test_message_body_maps_the_record() -> None:
     body = message_body("msg_1", "m", result("Hi", Reason.STOP_STRING, stop_reason="END"), tok)
     assert body["content"] == [{"type": "text", "text": "Hi"}]
     assert (body["stop_reason"], body["stop_sequence"]) == ("stop_sequence", "END")
-    assert body["usage"] == {"input_tokens": 7, "output_tokens": 3}
+    assert body["usage"] == {"input_tokens": 7, "output_tokens": 3, "cache_creation_input_tokens": 0,
+                             "cache_read_input_tokens": 5, "prompt_cache": {"pool": 1, "ram": 4, "disk": 0}}
     assert body["termination"]["reason"] == "stop_string" and body["termination"]["layer"] == "business"
     tools = message_body("msg_2", "m", result("", Reason.EOS, tool_calls=[CALL]), tok)
     assert tools["content"] == tool_use_blocks([CALL]) == [
@@ -112,7 +113,8 @@ def test_event_sequence_text_then_tool_use_blocks() -> None:
     assert text == final.text and json.loads(args) == {"city": "Paris"}
     delta = events[-2][1]
     assert delta["delta"] == {"stop_reason": "tool_use", "stop_sequence": None}
-    assert delta["usage"] == {"output_tokens": 3} and delta["termination"]["reason"] == "eos"
+    assert delta["usage"]["output_tokens"] == 3 and delta["usage"]["cache_read_input_tokens"] == 5
+    assert delta["termination"]["reason"] == "eos"
 
 
 def _replay(events: list) -> list[dict]:

@@ -19,7 +19,7 @@ import pytest
 from haltwise.engine.async_engine import AsyncEngine
 from haltwise.server.app import build_app
 from tests.engine.tiny_qwen3 import SCRIPTS, tiny_qwen3_engine
-from tests.server.http_helpers import ServerThread, sse_events
+from tests.server.http_helpers import ServerThread
 
 SPLIT = SCRIPTS["split"]
 

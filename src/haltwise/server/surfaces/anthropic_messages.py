@@ -26,22 +26,23 @@ import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from haltwise.errors import HaltwiseError
-from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
+from haltwise.server.chat_core import ChatCall, ChatDelta, ChatResult
 from haltwise.sampling_params import SamplingParams
 from haltwise.server.chat_prompt import chat_prompt
 from haltwise.server.chat_tools import prepare_chat
+from haltwise.server.generation import respond
 from haltwise.server.runner import ClientGone
+from haltwise.server.state import begin
 from haltwise.server.surfaces.anthropic_errors import anthropic_error
 from haltwise.server.surfaces.anthropic_protocol import CountTokensRequest, MessagesRequest
 from haltwise.server.surfaces.stop_reasons import stop_sequence_of, words_for
 
 log = logging.getLogger("haltwise.server")
 router = APIRouter()
-CLIENT_CLOSED = 499
 
 
 def _stop_fields(result: ChatResult, tokenizer: Any) -> dict[str, Any]:
@@ -85,7 +86,16 @@ def message_body(rid: str, model: str, result: ChatResult, tokenizer: Any) -> di
     content += tool_use_blocks(result.tool_calls)
     return {"id": rid, "type": "message", "role": "assistant", "model": model, "content": content,
             **_stop_fields(result, tokenizer),
-            "usage": {"input_tokens": result.prompt_tokens, "output_tokens": result.completion_tokens}}
+            "usage": {**input_usage(result), "output_tokens": result.completion_tokens}}
+
+
+def input_usage(result: ChatResult) -> dict[str, Any]:
+    """input_tokens is the whole prompt here (as count_tokens and message_start say; Anthropic's own API leaves
+    cache reads out of it); cache_read_input_tokens are those of them served from the prompt cache (pool, RAM
+    or disk: haltwise's prompt_cache says which)."""
+    return {"input_tokens": result.prompt_tokens, "cache_creation_input_tokens": 0,
+            "cache_read_input_tokens": result.cached_tokens, "prompt_cache": result.cached_by_tier or
+            {"pool": result.cached_tokens, "ram": 0, "disk": 0}}
 
 
 class MessageEvents:
@@ -152,7 +162,8 @@ class MessageEvents:
         return events + [("message_delta", {"type": "message_delta",
                                             "delta": {"stop_reason": stop["stop_reason"],
                                                       "stop_sequence": stop["stop_sequence"]},
-                                            "usage": {"output_tokens": d.result.completion_tokens},
+                                            "usage": {**input_usage(d.result),
+                                                      "output_tokens": d.result.completion_tokens},
                                             "termination": stop["termination"]}),
                          ("message_stop", {"type": "message_stop"})]
 
@@ -191,19 +202,13 @@ async def create_message(body: MessagesRequest, request: Request) -> Response:
     st = begin(request, body)
     rid = f"msg_{uuid.uuid4().hex}"
     call = await run_in_threadpool(ChatCall, request, rid, body.to_turn())   # template rendering: off the loop
-    handed_off = False
-    try:
-        await call.start()
-        model, tok = st.served_model_name, st.engine.tokenizer
-        if body.stream:
-            handed_off = True
-            return CallStream(_stream(call, MessageEvents(rid, model, len(call.prompt_ids), tok)), call)
-        return JSONResponse(message_body(rid, model, await call.result(), tok), headers=call.headers)
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        if not handed_off:
-            await call.close()
+    model, tok = st.served_model_name, st.engine.tokenizer
+
+    async def message() -> dict[str, Any]:
+        return message_body(rid, model, await call.result(), tok)
+
+    return await respond(call, body.stream,
+                         lambda: _stream(call, MessageEvents(rid, model, len(call.prompt_ids), tok)), message)
 
 
 @router.post("/v1/messages/count_tokens")

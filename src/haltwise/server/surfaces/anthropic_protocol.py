@@ -25,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
+from haltwise.server.request_fields import MAX_SEED, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import thinking_settings
 
 
@@ -197,7 +197,7 @@ class MessagesRequest(_Conversation):
         budget, template_kwargs = self.thinking_settings(self.max_tokens)
         params = SamplingParams(
             max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p or 1.0,
-            top_k=self.top_k if self.top_k else -1, stop=tuple(self.stop_sequences or ()), seed=self.seed,
+            top_k=self.top_k if self.top_k else -1, stop=self.stop_sequences, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             repetition_detection=loop_detection(self.repetition_detection),
             split_reasoning=True, max_reasoning_tokens=budget)

@@ -24,19 +24,20 @@ import uuid
 from typing import Any, AsyncIterator
 
 from fastapi import APIRouter, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from haltwise.errors import HaltwiseError
-from haltwise.server.chat_core import CallStream, ChatCall, ChatDelta, ChatResult, begin
+from haltwise.server.chat_core import ChatCall, ChatDelta, ChatResult
+from haltwise.server.generation import respond
 from haltwise.server.runner import ClientGone
-from haltwise.server.responses import chat_logprobs
+from haltwise.server.surfaces.openai_bodies import chat_logprobs
+from haltwise.server.state import begin
 from haltwise.server.surfaces.openai_responses_protocol import ResponsesRequest
 from haltwise.server.surfaces.stop_reasons import words_for
 
 log = logging.getLogger("haltwise.server")
 router = APIRouter()
-CLIENT_CLOSED = 499
 
 
 def reasoning_status(result: ChatResult, status: str) -> str:
@@ -78,7 +79,8 @@ class ResponseBuilder:
             "input_tokens": result.prompt_tokens, "input_tokens_details": {"cached_tokens": result.cached_tokens},
             "output_tokens": result.completion_tokens,
             "output_tokens_details": {"reasoning_tokens": result.reasoning_tokens},
-            "total_tokens": result.prompt_tokens + result.completion_tokens}
+            "total_tokens": result.prompt_tokens + result.completion_tokens,
+            "prompt_cache": result.cached_by_tier}
         return {"id": self.id, "object": "response", "created_at": self.created, "status": status,
                 "model": self.model, "output": output, "output_text": "".join(texts), "usage": usage,
                 "incomplete_details": {"reason": incomplete} if incomplete else None, "error": error,
@@ -226,21 +228,14 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     st = begin(request, body)
     builder = ResponseBuilder(body, st.served_model_name)
     call = await run_in_threadpool(ChatCall, request, builder.id, body.to_turn())   # template rendering: off the loop
-    handed_off = False
-    try:
-        await call.start()
-        if body.stream:
-            handed_off = True
-            return CallStream(_stream(call, ResponseEvents(builder)), call)
+
+    async def final() -> dict[str, Any]:
         result = await call.result()
-        final = builder.final(result)
+        body_out = builder.final(result)
         if result.logprobs is not None:    # include: message.output_text.logprobs (chat's per-token shape)
             entries = (chat_logprobs(st.engine.tokenizer, result.logprobs) or {}).get("content", [])
-            for part in (p for it in final["output"] if it["type"] == "message" for p in it["content"]):
+            for part in (p for it in body_out["output"] if it["type"] == "message" for p in it["content"]):
                 part["logprobs"] = entries
-        return JSONResponse(final, headers=call.headers)
-    except ClientGone:
-        return Response(status_code=CLIENT_CLOSED)
-    finally:
-        if not handed_off:
-            await call.close()
+        return body_out
+
+    return await respond(call, body.stream, lambda: _stream(call, ResponseEvents(builder)), final)

@@ -8,7 +8,8 @@ parallel_tool_calls, text.format (text | json_object | json_schema: the structur
 reasoning.effort (a budget, server/reasoning_request.py; `summary` is accepted, no summaries are written);
 ignored: metadata, user, service_tier, prompt_cache_key, safety_identifier, truncation "disabled",
 stream_options, `reasoning` input items (earlier turns' reasoning: templates such as Qwen3 drop it anyway).
-haltwise extras: seed, timeout, ignore_eos, stop (Responses has no stop sequences), max_reasoning_tokens.
+haltwise extras: seed, timeout, ignore_eos, stop (Responses has no stop sequences), max_reasoning_tokens,
+logit_bias (Responses has none; the chat completions semantics: {"token id": bias in [-100, 100]}).
 
 Translation into the OpenAI chat shape:
     instructions                     -> {"role": "system", "content": instructions}
@@ -23,9 +24,9 @@ from typing import Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.sampling_params import ParamError, SamplingParams, parse_logit_bias
 from haltwise.server.chat_core import ChatTurn
-from haltwise.server.protocol import MAX_SEED, RepetitionDetectionSpec, loop_detection
+from haltwise.server.request_fields import MAX_SEED, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import EFFORT_BUDGETS, reasoning_budget, template_kwargs
 from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
 
@@ -158,6 +159,7 @@ class ResponsesRequest(_Strict):
     stop: str | list[str] | None = None
     repetition_detection: RepetitionDetectionSpec | None = None  # as on the OpenAI routes
     max_reasoning_tokens: int | None = Field(None, ge=0)
+    logit_bias: dict[str, float] | None = None
 
     def to_turn(self) -> ChatTurn:
         """The chat turn; raises ParamError (400) for anything invalid, stateful or unsupported."""
@@ -173,8 +175,8 @@ class ResponsesRequest(_Strict):
             max_tokens=self.max_output_tokens, temperature=self.temperature, top_p=self.top_p, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             repetition_detection=loop_detection(self.repetition_detection),
-            stop=tuple([self.stop] if isinstance(self.stop, str) else self.stop or ()),
-            structured_outputs=self._structure(),
+            stop=self.stop,   # SamplingParams normalises (str | list | None -> tuple)
+            structured_outputs=self._structure(), logit_bias=parse_logit_bias(self.logit_bias or {}),
             logprobs=(self.top_logprobs or 0) if LOGPROBS in (self.include or ()) else None)
         return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
                         self.parallel_tool_calls, template_kwargs=template_kwargs(None, effort))

@@ -20,10 +20,14 @@
 // row bucket as the kernel plan chose; the norms, RoPE, KV writes, attention and activation are the
 // float32 kernels of decode_math.inc for the CPU's ISA. Threads: parallel_chunks (thread_pool.h) over
 // weight rows and over (row, kv head) pairs of the attention.
+//
+// Progress: forward runs with the GIL released and adds to `beats` after each layer's attention and after
+// each layer, so the engine's watchdog (another thread) tells a long step that computes from a stuck one.
 #include <torch/extension.h>
 
 #include <ATen/Parallel.h>
 
+#include <atomic>
 #include <vector>
 
 #include "native_linear.h"
@@ -252,6 +256,7 @@ class DecodeStack {
                         q_size, mine);
         }
       });
+      beats_.fetch_add(1, std::memory_order_relaxed);
       linear(L.linears[O], bucket, attn, proj);
       residual(L, 1, proj, hp, T, m);
       m.rms_norm_rows(hp, hidden_, L.norms[sandwich_ ? 2 : 1].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(),
@@ -264,11 +269,14 @@ class DecodeStack {
       });
       linear(L.linears[DOWN], bucket, mid, proj);
       residual(L, 3, proj, hp, T, m);
+      beats_.fetch_add(1, std::memory_order_relaxed);
     }
     return h;
   }
 
   int64_t num_layers() const { return (int64_t)layers_.size(); }
+  // Two per layer run since construction: read by the watchdog while forward runs (GIL released).
+  int64_t beats() const { return beats_.load(std::memory_order_relaxed); }
 
  private:
   // The KVFormat a cache tensor's dtype stores (quant_kernels.h).
@@ -323,6 +331,7 @@ class DecodeStack {
   bool sandwich_;
   const KernelTable& table_;
   std::vector<StackLayer> layers_;
+  std::atomic<int64_t> beats_{0};
 };
 
 void register_decode_stack(pybind11::module_& m) {
@@ -331,8 +340,11 @@ void register_decode_stack(pybind11::module_& m) {
                           const std::string&>())
       .def("add_layer", &DecodeStack::add_layer)
       .def("set_linear", &DecodeStack::set_linear)
-      .def("forward", &DecodeStack::forward)
-      .def_property_readonly("num_layers", &DecodeStack::num_layers);
+      // forward reads only the tensors its caller holds alive: other Python threads (the event loop, the
+      // watchdog) run meanwhile
+      .def("forward", &DecodeStack::forward, pybind11::call_guard<pybind11::gil_scoped_release>())
+      .def_property_readonly("num_layers", &DecodeStack::num_layers)
+      .def_property_readonly("beats", &DecodeStack::beats);
 }
 
 }  // namespace haltwise_native

@@ -1,0 +1,75 @@
+"""A routed mixture-of-experts MLP (qwen3moe, qwen2moe): router -> top-k -> experts -> fixed-order sum.
+
+    router    logits = x W_r^T (row-local), p = softmax(logits) in float32, top-k experts per token,
+              renormalised to sum 1 where the config says (norm_topk_prob)
+    experts   one gated MLP each (fused gate_up_proj, down_proj: plain nn.Linear, so the kernel plan runs
+              them in the checkpoint's own quantized format and a mapped GGUF keeps them in the file);
+              a step's tokens are grouped by expert and each expert runs once, on its rows only
+    combine   out[t] = sum over t's experts IN ASCENDING EXPERT INDEX of p[t, e] * expert_e(x[t])
+    shared    (qwen2moe) + sigmoid(x w_g) * shared_expert(x), after the routed sum
+
+Determinism contract: a token's output never depends on which other tokens share its step. The router is
+computed one row at a time, each expert's linears are row-local (under the default path the plan picks a
+batch-invariant format), and the sum over a token's experts runs in expert order, never arrival order.
+Hugging Face names: mlp.gate.weight, mlp.experts.<e>.{gate,up,down}_proj.weight, mlp.shared_expert.*,
+mlp.shared_expert_gate.weight -- as transformers saves Qwen MoE checkpoints.
+"""
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from haltwise.config import ModelConfig
+
+_ROWS_PER_CHUNK = 16   # the router's row-local product is materialised this many rows at a time
+
+
+class RowLocalLinear(nn.Module):
+    """A small float32 projection computed as a per-row dot product (never a GEMM whose blocking depends on
+    the batch), so routing decisions are bit-identical whatever rows share the step. Not an nn.Linear: the
+    kernel plan leaves it alone (a quantized router could flip a top-k choice)."""
+
+    def __init__(self, in_features: int, out_features: int) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.empty(out_features, in_features))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """(T, in) -> (T, out) float32."""
+        w = self.weight.float()
+        parts = [(x[i:i + _ROWS_PER_CHUNK, None, :].float() * w).sum(-1)          # (rows, out)
+                 for i in range(0, x.shape[0], _ROWS_PER_CHUNK)]
+        return torch.cat(parts) if parts else x.new_zeros(0, w.shape[0])
+
+
+class SparseMoE(nn.Module):
+    def __init__(self, config: ModelConfig, mlp_class: type[nn.Module]) -> None:
+        super().__init__()
+        self.top_k, self.norm_topk_prob = config.num_experts_per_tok, config.norm_topk_prob
+        self.gate = RowLocalLinear(config.hidden_size, config.num_experts)
+        self.experts = nn.ModuleList(mlp_class(config, config.moe_intermediate_size)
+                                     for _ in range(config.num_experts))
+        self.shared_expert = self.shared_expert_gate = None
+        if config.shared_expert_intermediate_size:
+            self.shared_expert = mlp_class(config, config.shared_expert_intermediate_size)
+            self.shared_expert_gate = RowLocalLinear(config.hidden_size, 1)
+
+    def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """x (T, hidden) -> (weights (T, k) in x's dtype, expert ids (T, k))."""
+        probs = torch.softmax(self.gate(x), dim=-1)                         # (T, E) float32
+        weights, experts = torch.topk(probs, self.top_k, dim=-1)           # (T, k)
+        if self.norm_topk_prob:
+            weights = weights / weights.sum(dim=-1, keepdim=True)
+        return weights.to(x.dtype), experts
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x (T, hidden) -> (T, hidden)."""
+        weights, experts = self.route(x)
+        out = torch.zeros_like(x)
+        # Tokens grouped by expert; experts visited in ascending index, so each token's sum has a fixed order.
+        for e in torch.unique(experts).tolist():                            # sorted
+            rows, slot = torch.where(experts == e)                          # each token picks e at most once
+            y = self.experts[e](x[rows]) * weights[rows, slot, None]        # (n_e, hidden)
+            out.index_add_(0, rows, y)                                      # distinct rows: no reordering
+        if self.shared_expert is not None:
+            out = out + torch.sigmoid(self.shared_expert_gate(x)).to(x.dtype) * self.shared_expert(x)
+        return out

@@ -1,0 +1,162 @@
+"""Test helper: tiny random-weight transformers models of the newer families, converted to GGUF by
+llama.cpp's own convert_hf_to_gguf.py (vendored in the llama-cpp-python sdist; `make converter` fetches it).
+
+Each fixture is built once into ~/.cache/haltwise/fixtures/<arch>-<digest>/ (HALTWISE_FIXTURE_DIR overrides):
+    hf/          the float32 transformers model, SmolLM2's BPE tokenizer (+ the family's special tokens) and
+                 the family's real chat template (llama.cpp's models/templates copy)
+    f32.gguf     the converter's --outtype f32
+    q8_0.gguf    the converter's --outtype q8_0
+The digest covers the spec below, the transformers version and the converter's bytes, so a change rebuilds.
+Tests skip, saying why, where the converter is missing.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+import torch
+import transformers
+
+LLAMA_CPP_PY = "0.3.36"
+CONVERTER_DIR = Path(os.environ.get("HALTWISE_CONVERTER_DIR", Path.home() / ".cache/haltwise/converter"))
+LLAMA_CPP = CONVERTER_DIR / f"llama_cpp_python-{LLAMA_CPP_PY}" / "vendor" / "llama.cpp"
+FIXTURES = Path(os.environ.get("HALTWISE_FIXTURE_DIR", Path.home() / ".cache/haltwise/fixtures"))
+SMALL = dict(hidden_size=64, num_hidden_layers=4, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
+             max_position_embeddings=512, rms_norm_eps=1e-6)
+MOE = dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_experts_per_tok=2)
+
+
+@dataclass(frozen=True)
+class Spec:
+    config_class: str            # transformers config class
+    config: dict                 # its arguments (vocab size, tokens ids added from the tokenizer)
+    template: str                # llama.cpp models/templates/<template>
+    end_token: str               # the family's end-of-turn token (added as special when the base lacks it)
+    added: tuple[str, ...] = ()  # further special tokens the template writes
+    tokenizer_config: dict = field(default_factory=dict)
+
+
+SPECS = {
+    "qwen3moe": Spec("Qwen3MoeConfig", dict(SMALL, **MOE, norm_topk_prob=True, tie_word_embeddings=False),
+                     "Qwen-Qwen3-0.6B.jinja", "<|im_end|>", ("<think>", "</think>")),
+    "qwen2moe": Spec("Qwen2MoeConfig", dict(SMALL, **MOE, shared_expert_intermediate_size=48, norm_topk_prob=False,
+                                            tie_word_embeddings=True, qkv_bias=True),
+                     "Qwen-Qwen2.5-7B-Instruct.jinja", "<|im_end|>"),
+    # every 4th layer without RoPE (no_rope_layer_interval 4): layer 3 of 4
+    "smollm3": Spec("SmolLM3Config", dict(SMALL, intermediate_size=96, tie_word_embeddings=True),
+                    "HuggingFaceTB-SmolLM3-3B.jinja", "<|im_end|>", ("<think>", "</think>")),
+}
+MOE_FAMILIES = ("qwen3moe", "qwen2moe")
+
+
+def converter_missing() -> str | None:
+    script = LLAMA_CPP / "convert_hf_to_gguf.py"
+    if not script.is_file():
+        return f"llama.cpp's converter is not at {script} (run `make converter`)"
+    return None
+
+
+def require_converter() -> None:
+    why = converter_missing()
+    if why:
+        pytest.skip(why)
+
+
+def _digest(arch: str) -> str:
+    spec = SPECS[arch]
+    h = hashlib.sha256(json.dumps([arch, spec.config_class, spec.config, spec.template, spec.end_token, spec.added,
+                                   spec.tokenizer_config, transformers.__version__], sort_keys=True).encode())
+    h.update((LLAMA_CPP / "convert_hf_to_gguf.py").read_bytes())
+    return h.hexdigest()[:12]
+
+
+def _base_tokenizer() -> Path:
+    """SmolLM2's tokenizer (read by transformers from its GGUF), saved once: llama.cpp's converter knows its
+    pre-tokenizer ("smollm"), so every fixture's GGUF carries a real BPE vocabulary."""
+    out = FIXTURES / "tokenizer-smollm2"
+    if not (out / "tokenizer.json").is_file():
+        from haltwise.models.loader import default_model_path
+        path = default_model_path()
+        tok = transformers.AutoTokenizer.from_pretrained(path.parent, gguf_file=path.name)
+        tmp = out.with_suffix(".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        tok.save_pretrained(tmp)
+        tmp.rename(out)
+    return out
+
+
+@dataclass(frozen=True)
+class Fixture:
+    arch: str
+    root: Path
+
+    @property
+    def hf(self) -> Path:
+        return self.root / "hf"
+
+    def gguf(self, outtype: str = "f32") -> Path:
+        return self.root / f"{outtype}.gguf"
+
+    def model(self):
+        """The float32 transformers model (the oracle)."""
+        return transformers.AutoModelForCausalLM.from_pretrained(self.hf, dtype=torch.float32).eval()
+
+    def tokenizer(self):
+        return transformers.AutoTokenizer.from_pretrained(self.hf)
+
+
+def fixture(arch: str) -> Fixture:
+    """The converted fixture of `arch`, built on first use (a minute or so)."""
+    require_converter()
+    root = FIXTURES / f"{arch}-{_digest(arch)}"
+    if not (root / "q8_0.gguf").is_file():
+        tmp = root.with_name(root.name + ".tmp")
+        shutil.rmtree(tmp, ignore_errors=True)
+        _build(arch, tmp)
+        shutil.rmtree(root, ignore_errors=True)
+        tmp.rename(root)
+    return Fixture(arch, root)
+
+
+def _build(arch: str, root: Path) -> None:
+    spec = SPECS[arch]
+    tok = transformers.AutoTokenizer.from_pretrained(_base_tokenizer())
+    tok.add_special_tokens({"additional_special_tokens": [t for t in (spec.end_token, *spec.added)
+                                                          if t not in tok.get_vocab()]})
+    tok.eos_token = spec.end_token
+    tok.chat_template = (LLAMA_CPP / "models" / "templates" / spec.template).read_text(encoding="utf-8")
+    ids = tok.get_vocab()
+    config = getattr(transformers, spec.config_class)(
+        **spec.config, vocab_size=len(tok), eos_token_id=ids[spec.end_token], bos_token_id=tok.bos_token_id,
+        pad_token_id=tok.pad_token_id)
+    torch.manual_seed(0)
+    model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
+    with torch.no_grad():   # norms and biases perturbed so they matter; routers spread so experts differ
+        for name, p in model.named_parameters():
+            p.add_((0.3 if "norm" in name else 1.0 if name.endswith("mlp.gate.weight") else 0.05)
+                   * torch.randn_like(p))
+    hf = root / "hf"
+    model.save_pretrained(hf, safe_serialization=True)
+    tok.save_pretrained(hf)
+    if spec.tokenizer_config:
+        cfg_path = hf / "tokenizer_config.json"
+        cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **spec.tokenizer_config}, indent=1))
+    for outtype in ("f32", "q8_0"):
+        convert(hf, root / f"{outtype}.gguf", outtype)
+
+
+def convert(hf: Path, out: Path, outtype: str) -> None:
+    """llama.cpp's convert_hf_to_gguf.py in a subprocess, its own gguf-py first on the path."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(LLAMA_CPP / "gguf-py"), str(LLAMA_CPP)]),
+               NO_LOCAL_GGUF="")
+    done = subprocess.run([sys.executable, str(LLAMA_CPP / "convert_hf_to_gguf.py"), str(hf), "--outfile", str(out),
+                           "--outtype", outtype], env=env, capture_output=True, text=True, timeout=900)
+    if done.returncode != 0:
+        raise RuntimeError(f"convert_hf_to_gguf.py failed on {hf}:\n{done.stderr[-3000:]}")

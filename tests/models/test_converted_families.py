@@ -1,0 +1,79 @@
+"""The newer families, converted by llama.cpp's own convert_hf_to_gguf.py, token-exact with transformers.
+
+Each fixture (tests/models/converted.py) is a tiny random-weight float32 transformers model saved with a real
+BPE tokenizer and the family's real chat template, then converted to f32 and q8_0 GGUFs. With --dtype float32
+haltwise must produce transformers' greedy tokens, 32 of them, on 3 prompts, from the HF directory and from
+the f32 GGUF; the q8_0 GGUF must load its quantized experts and agree on the first token.
+"""
+import pytest
+import torch
+
+from haltwise.models.loader import load_model
+from tests.models.converted import MOE_FAMILIES, SPECS, fixture
+from tests.models.paged_runner import greedy
+
+pytestmark = pytest.mark.slow           # building a fixture runs the converter (~1 min each, then cached)
+NEW_TOKENS = 32
+PROMPT_LENGTHS = (5, 19, 44)
+
+
+@pytest.fixture(autouse=True)
+def no_weight_cache(monkeypatch):
+    monkeypatch.setenv("HALTWISE_WEIGHT_CACHE", "0")
+
+
+def prompts(vocab: int) -> list[list[int]]:
+    return [torch.randint(4, vocab, (n,), generator=torch.Generator().manual_seed(n)).tolist()
+            for n in PROMPT_LENGTHS]
+
+
+def transformers_greedy(model, ids: list[int]) -> tuple[list[int], torch.Tensor]:
+    """(greedy tokens, the prefill's next-token logits)."""
+    with torch.no_grad():
+        out = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+                             do_sample=False, max_new_tokens=NEW_TOKENS, pad_token_id=0, eos_token_id=None,
+                             output_logits=True, return_dict_in_generate=True)
+    return out.sequences[0, len(ids):].tolist(), out.logits[0][0]
+
+
+@pytest.fixture(scope="module", params=sorted(SPECS))
+def family(request):
+    f = fixture(request.param)
+    theirs = f.model()
+    cases = [(ids, transformers_greedy(theirs, ids)) for ids in prompts(theirs.config.vocab_size)]
+    return f, cases
+
+
+@pytest.mark.parametrize("source", ["hf", "f32"])
+def test_float32_greedy_equals_transformers(family, source):
+    f, cases = family
+    loaded = load_model(f.hf if source == "hf" else f.gguf("f32"), dtype="float32")
+    assert loaded.config.architecture == f.arch
+    for ids, (want, want_logits) in cases:
+        got, got_logits = greedy(loaded.model, ids, NEW_TOKENS, block_size=4)
+        assert (got_logits - want_logits).abs().max() < 1e-4, f"{f.arch} {source}: prompt of {len(ids)} tokens"
+        assert got == want, f"{f.arch} {source}: prompt of {len(ids)} tokens"
+
+
+def test_q8_0_gguf_loads_quantized_weights(family):
+    f, cases = family
+    loaded = load_model(f.gguf("q8_0"), dtype="float32")
+    exact = load_model(f.gguf("f32"), dtype="float32")
+    pick = (lambda m: m.model.layers[1].mlp.experts[5].down_proj.weight) if f.arch in MOE_FAMILIES else \
+        (lambda m: m.model.layers[1].mlp.down_proj.weight)
+    q, w = pick(loaded.model), pick(exact.model)
+    assert not torch.equal(q, w) and (q - w).abs().max() < 0.02 * w.abs().max()
+    ids, (want, _) = cases[1]
+    assert greedy(loaded.model, ids, 1, block_size=4)[0] == want[:1]
+
+
+def test_gguf_config_reads_the_family(family):
+    f, _ = family
+    config = load_model(f.gguf("f32"), dtype="float32").config
+    assert config.no_rope_layers == ((3,) if f.arch == "smollm3" else ())
+    if f.arch not in MOE_FAMILIES:
+        assert config.num_experts == 0
+        return
+    assert (config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size) == (8, 2, 32)
+    assert config.norm_topk_prob == (f.arch == "qwen3moe")            # llama.cpp's rule per family
+    assert config.shared_expert_intermediate_size == (48 if f.arch == "qwen2moe" else 0)

@@ -1,0 +1,60 @@
+"""Black box on a mixture-of-experts model: `haltwise serve --model <tiny qwen3moe q8_0 GGUF>` with default flags.
+
+The model is tests/models/converted.py's qwen3moe fixture (llama.cpp's converter, q8_0: its experts run
+through the kernel plan's quantized formats). The determinism probe of test_http_determinism.py runs on it
+(alone 4 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others), and a chat request
+renders the family's real template (Qwen3's, from the GGUF metadata).
+"""
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from typing import Iterator
+
+import httpx
+import pytest
+
+from haltwise.tokenizer.tokenizer import Tokenizer
+from tests.models.converted import fixture
+from tests.server.browser_helpers import serve
+from tests.server.test_http_determinism import OTHERS, TARGET, complete
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
+MOE_TARGET = {**TARGET, "max_tokens": 16}     # a tiny model's steps are still seconds on a shared 2-core host
+
+
+@pytest.fixture(scope="module")
+def moe_gguf():
+    return fixture("qwen3moe").gguf("q8_0")
+
+
+@pytest.fixture(scope="module")
+def moe_server(moe_gguf) -> Iterator[str]:
+    # The first start measures the kernel plan for this file (minutes on a busy host; cached afterwards).
+    yield from serve("--model", str(moe_gguf), "--kv-cache-memory", "64MiB", "--max-model-len", "512",
+                     start_limit=1500.0)
+
+
+def test_moe_same_request_same_text_alone_and_beside_others(moe_server) -> None:
+    answers = [complete(moe_server, MOE_TARGET) for _ in range(4)]
+    assert len(set(answers)) == 1, answers
+    for k in (1, 3, 7):
+        bodies = [MOE_TARGET] + [{"prompt": p, "max_tokens": 8 + 4 * i, "temperature": 0} for i, p in enumerate(OTHERS[:k])]
+        with ThreadPoolExecutor(len(bodies)) as pool:
+            got = list(pool.map(lambda b: complete(moe_server, b), bodies))
+        assert got[0] == answers[0], f"beside {k} others: {got[0][0]!r} != {answers[0][0]!r}"
+
+
+def test_moe_chat_renders_the_family_template(moe_server) -> None:
+    body = {"messages": [{"role": "user", "content": "Say hi."}], "max_tokens": 8, "temperature": 0}
+    reply = httpx.post(moe_server + "/v1/chat/completions", json=body, timeout=600)
+    assert reply.status_code == 200, reply.text
+    usage = reply.json()["usage"]
+    # Qwen3's template: <|im_start|>user\nSay hi.<|im_end|>\n<|im_start|>assistant\n -- more than the words.
+    assert usage["prompt_tokens"] > 8 and usage["completion_tokens"] <= 8
+
+
+def test_moe_eos_set_has_the_family_end_token(moe_gguf) -> None:
+    tok = Tokenizer.from_gguf(moe_gguf)
+    assert tok.token_to_id("<|im_end|>") in tok.eos_token_ids()
+    text = tok.apply_chat_template([{"role": "user", "content": "hi"}])
+    assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nhi<|im_end|>" in text
