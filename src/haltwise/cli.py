@@ -21,6 +21,8 @@ COMMANDS = {
     "eval-stops": ("haltwise_bench.eval_stops", "compare stop strategies over a prompt set"),
     "eval-tools": ("haltwise_bench.eval_tools", "tool calls: do they parse, validate and name the right tool "
                                                 "(haltwise vs llama-server --jinja)"),
+    "eval-structured": ("haltwise_bench.eval_structured", "structured outputs and tool calls: ended by themselves, "
+                                                          "closed by the server, or cut (before/after)"),
     "eval-longctx": ("haltwise_bench.eval_longctx", "long-context perplexity and passkey retrieval per RoPE scaling"),
     "eval-surfaces": ("haltwise_bench.eval_surfaces", "Anthropic Messages / OpenAI Responses checks, haltwise "
                                                        "beside llama-server --jinja"),

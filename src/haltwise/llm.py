@@ -64,7 +64,9 @@ class LLM:
         ids = [self.chat_prompt_ids(template_messages(c), add_generation_prompt, **extra) for c in conversations]
         last_user = [next((m["content"] for m in reversed(c) if m["role"] == "user"), None) for c in conversations]
         params = resolve_auto(params or SamplingParams(), last_user)
-        outs = self._run(ids, plan.apply(params) if plan is not None else params)
+        if plan is not None:   # one conversation: a repeat of a call it answered is a tool loop
+            params = plan.apply(params, template_messages(conversations[0]) if len(conversations) == 1 else ())
+        outs = self._run(ids, params)
         if plan is not None and plan.constraint is not None:
             for out in outs:
                 for o in out.outputs:

@@ -26,7 +26,9 @@ class ParamError(ValueError):
 class RepetitionDetection:
     """Loop detectors: the exact one stops when the tail repeats a pattern of 1..max_period tokens
     min_repeats times; the near-loop one (stopping/near_loops.py) when, over the last near_loop_window
-    tokens, at most near_loop_max_novelty of the near_loop_ngram-grams are new. `enabled` switches both."""
+    tokens, at most near_loop_max_novelty of the near_loop_ngram-grams are new. `tool_loops`: a tool call
+    identical to one already answered in the conversation (or made earlier in the answer) is withheld and
+    ends the request (reason tool_loop, toolcalls/loop_watch.py). `enabled` switches all three."""
 
     enabled: bool = True
     max_period: int = 64   # longest repeating pattern looked for, in tokens
@@ -36,6 +38,7 @@ class RepetitionDetection:
     near_loop_ngram: int = 4           # n-gram length compared
     near_loop_window: int = 64         # tokens looked back over; no verdict before this many
     near_loop_max_novelty: float = 0.35  # fires when at most this share of the window's n-grams is new
+    tool_loops: bool = True            # withhold a tool call repeated after its result (reason tool_loop)
 
     def __post_init__(self) -> None:
         if self.max_period < 1 or self.min_repeats < 2 or self.min_tokens < 1:

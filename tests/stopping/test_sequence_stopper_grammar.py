@@ -51,3 +51,32 @@ def test_json_preset_is_off_under_a_grammar() -> None:
     plain = stopper(stop_presets=("json",))
     t = plain.on_token(9, '{"a": 1}')
     assert t is not None and t.reason is Reason.STOP_STRING
+
+
+def _loop_run(stop, tokens):
+    """Feed (id, text) pairs; returns (termination, streamed text)."""
+    streamed, term = "", None
+    for tid, text in tokens:
+        term = stop.on_token(tid, text)
+        if term is not None:
+            break
+        streamed += stop.release()
+    streamed += stop.finish(term)
+    return term, streamed
+
+
+def test_a_loop_under_a_grammar_is_cut_where_it_began_and_nothing_streamed_is_retracted() -> None:
+    # '{"d": "a' then the pair ", b" repeated: period 2 -> kept up to the first copy
+    head = [(1, '{"d": "'), (2, "a")]
+    loop = [(3, " x"), (4, ",")] * 12
+    s = stopper(structured_outputs=SO, repetition_detection=RepetitionDetection())
+    term, streamed = _loop_run(s, head + loop)
+    assert term.reason is Reason.REPETITION and "cut where it began" in term.detail
+    assert s.text == '{"d": "a x,' and streamed == s.text
+    assert s.num_output_tokens_kept == 4 and term.token_index == 3 and term.char_offset == len(s.text)
+
+
+def test_without_a_grammar_the_loop_cut_keeps_the_repeats_as_before() -> None:
+    s = stopper(repetition_detection=RepetitionDetection())
+    term, streamed = _loop_run(s, [(1, "a")] + [(3, " x"), (4, ",")] * 12)
+    assert term.reason is Reason.REPETITION and s.text.count(" x,") == 8 and streamed == s.text

@@ -66,7 +66,7 @@ def test_json_object_first_token_can_only_open_an_object(request, which: str) ->
 
 
 def test_whitespace_inside_json_is_bounded(smol_backend, smol_tok) -> None:
-    """After {"a": only bounded whitespace may follow: no run of 3 newlines, no 21 indent characters."""
+    """After {"a": only bounded whitespace may follow: one space, or a newline and <= 16 spaces or <= 4 tabs."""
     matcher = smol_backend.compile(StructuredOutputs(json_object=True)).new_matcher()
     for t in smol_tok.encode('{"a":', add_special_tokens=False):
         assert matcher.consume(t)
@@ -74,7 +74,22 @@ def test_whitespace_inside_json_is_bounded(smol_backend, smol_tok) -> None:
     smol_backend.fill_bitmask([matcher], bits)
     texts = [smol_tok.decode([i]) for i in allowed_token_ids(bits[0], smol_tok.vocab_size)]
     blank = [t for t in texts if t and not t.strip()]
-    assert blank and all(re.fullmatch(r"( |\n{1,2}[ \t]{0,20})", t) for t in blank), blank
+    assert blank and all(re.fullmatch(r"( |\n {0,16}|\n\t{0,4})", t) for t in blank), blank
+
+
+@pytest.mark.parametrize("text, default, flexible", [
+    ('{"a": 1}', True, True),
+    ('{\n  "a": {\n    "b": 1\n  }\n}', True, True),
+    ('{\n\t"a": 1\n}', True, True),
+    ('{\n    \t  \t  "a": 1}', False, True),          # the issue's tab/space run
+    ('{"a":\n\n 1}', False, True),                   # a blank line
+    ('{"a":' + " " * 30 + "1}", False, True),
+])
+def test_the_default_whitespace_rule_and_the_opt_out(smol_backend, smol_tok, text, default, flexible) -> None:
+    for pattern, expect in ((None, default), (r"[ \t\n\r]*", flexible)):
+        m = smol_backend.compile(StructuredOutputs(json_object=True, whitespace_pattern=pattern)).new_matcher()
+        ok = all(m.consume(t) for t in smol_tok.encode(text, add_special_tokens=False))
+        assert (ok and m.is_complete) == expect, (text, pattern)
 
 
 # ---- random schemas x random logits: every completed walk parses and validates -----------------------------

@@ -1,6 +1,7 @@
 """Per-sequence output state: detokenizer, stopper, seed generator and the output being built."""
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, replace
 
 import torch
@@ -14,6 +15,7 @@ from haltwise.stopping.reasoning import ReasoningSection, Role
 from haltwise.stopping.sequence_stopper import SequenceStopper
 from haltwise.stopping.structure_contract import settle
 from haltwise.structured.backend import Matcher
+from haltwise.structured.closing import json_path
 from haltwise.stopping.termination import Layer, Reason, Termination
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
 
@@ -39,6 +41,7 @@ class SeqOutputState:
     scores: PromptScores | None = None   # the prompt's logprobs, when asked (the request's first sequence only)
     draft_source: str | None = None      # who proposed this step's drafts: "model", "lookup" (speculation.py)
     draft_length: int = 0                # the draft model's adaptive draft length (0: not drafted yet)
+    closing: tuple[list[int], str] | None = None   # a forced close: (token ids, text) written after the cut
 
     def sampling_row(self) -> SamplingRow:
         forced = self.reasoning.forced_token_id if self.reasoning is not None else None
@@ -67,11 +70,34 @@ class SeqOutputState:
             elif self.matcher.is_complete:
                 complete = self.matcher.spec.describe()
         termination = self.stopper.on_token(token_id, self.detokenizer.step([token_id]), complete)
+        if termination is not None and termination.reason is Reason.REPETITION and self.matcher is not None \
+                and not self.matcher.is_complete and not rejected:
+            termination = self._close_structure(termination)
         if termination is None and rejected:
             return Termination(Reason.ERROR, f"grammar rejected token {token_id}: {rejected}")
         if termination is None:
             self._release(self.stopper.release())
         return termination
+
+    def _close_structure(self, termination: Termination) -> Termination:
+        """A loop inside a structure: back the matcher up to the stopper's cut and write the grammar's
+        shortest completion there (structured/closing.py). Nothing found: the cut stays incomplete."""
+        assert self.matcher is not None
+        dropped = self.seq.num_output_tokens - self.stopper.num_output_tokens_kept
+        close = getattr(self.matcher, "close", None)
+        if close is None or not self.matcher.rollback(dropped):
+            return termination
+        ids = close(self.stopper.text_through_cut())
+        if ids is None:
+            return termination
+        text = self.detokenizer.tokenizer.decode(ids) if ids else ""
+        self.closing = (ids, text)
+        if not ids:          # the grammar could already end there (free text around tool calls)
+            return termination
+        where = json_path(self.stopper.text_through_cut())
+        return replace(termination, forced_close=True,
+                       detail=f"{termination.detail}; closed {where} with {json.dumps(text)} (the grammar's shortest "
+                              f"completion)")
 
     def _on_reasoning_token(self, token_id: int, role: Role) -> None:
         """Reasoning text is released at once (no stop acts on it); a tag's text goes nowhere."""
@@ -101,8 +127,18 @@ class SeqOutputState:
             if self.logprobs is not None:
                 del self.logprobs[kept:]
         rest = self.stopper.finish(termination)
-        if termination.reason in _CUT_REASONS:
+        if termination.reason in _CUT_REASONS and not self.stopper.text_was_cut:
             rest += self.detokenizer.flush()   # incomplete UTF-8 at a cut end decodes as decode() would
+        text_was_cut = self.stopper.text_was_cut
+        if self.closing is not None:        # the server's closing tokens, after the model's text
+            ids, closing_text = self.closing
+            rest += closing_text
+            for token_id in ids:
+                self.seq.append_token(token_id)
+                self.output.delta_token_ids.append(token_id)
+                if self.logprobs is not None:   # forced: the only token the closer would write
+                    self.logprobs.append(TokenLogprob(token_id, 0.0))
+            text_was_cut = False                # the matcher was backed up to the cut
         if termination.reason is not Reason.CANCELLED:
             self._release(rest)
             if self.reasoning is not None and not self.reasoning.in_answer and self.reasoning_detokenizer is not None:
@@ -113,8 +149,8 @@ class SeqOutputState:
         # The record points at what the user actually got.
         token_index = self.seq.num_output_tokens - 1 if termination.layer is Layer.SYSTEM else termination.token_index
         termination = replace(termination, token_index=token_index, char_offset=len(self.output.text))
-        termination = settle(termination, self.seq.params, self.matcher, self.stopper.text,
-                             self.stopper.text_was_cut)
+        final_text = self.stopper.text + (self.closing[1] if self.closing is not None else "")
+        termination = settle(termination, self.seq.params, self.matcher, final_text, text_was_cut)
         self.output.termination = termination
         return termination
 

@@ -61,6 +61,7 @@ class ChatResult:
     tool_calls: list[dict[str, Any]] | None = None
     reasoning: str = ""
     reasoning_tokens: int = 0
+    logprobs: list[Any] | None = None      # the output tokens' TokenLogprobs, when the request asked for them
 
     @property
     def finish_reason(self) -> str | None:
@@ -91,7 +92,7 @@ def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: 
     return ChatResult(text=text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
                       completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens,
                       cached_by_tier=out.cached_by_tier, tool_calls=calls,
-                      reasoning=o.reasoning_text, reasoning_tokens=o.num_reasoning_tokens)
+                      reasoning=o.reasoning_text, reasoning_tokens=o.num_reasoning_tokens, logprobs=o.logprobs)
 
 
 class ChatCall:

@@ -22,7 +22,7 @@ def prepare_chat(tools: Any, tool_choice: Any, parallel_tool_calls: Any, message
         plan = plan_tool_calls(parse_tool_request(tools, tool_choice, parallel_tool_calls), tokenizer, parser_name)
         checked = template_messages(messages)
         if plan is not None:
-            params = plan.apply(params)
+            params = plan.apply(params, checked)
     except ToolError as e:
         raise ParamError(e.param, str(e)) from None
     return plan, params, checked, (plan.template_kwargs if plan is not None else {})

@@ -34,3 +34,4 @@ class RepetitionDetectionSpec(Strict):
     near_loop_ngram: int = Field(4, ge=1, le=32)
     near_loop_window: int = Field(64, ge=2, le=4096)
     near_loop_max_novelty: float = Field(0.35, ge=0.0, lt=1.0)
+    tool_loops: bool = True

@@ -47,6 +47,14 @@ class RepetitionDetector:
                 run[p] = 0
         return found
 
+    def run(self, period: int) -> int:
+        """Tokens of the tail that repeat the token `period` before them (the tail past its first copy)."""
+        return self._run[period] if 1 <= period <= self.max_period else 0
+
+    def longest_run(self) -> int:
+        """max over periods of run(p): the most tokens of the tail that may yet turn out to be a loop's repeats."""
+        return max(self._run)
+
     def repeats(self, period: int) -> int:
         """Full copies of the `period`-token pattern in the current periodic tail."""
         if not 1 <= period <= self.max_period or len(self._tokens) < period:

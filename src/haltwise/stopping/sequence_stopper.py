@@ -14,6 +14,11 @@ Order of checks (SPEC §2), all in the same call as the token that triggers them
   2. limits: max_tokens, then the context window;
   3. the repetition detector.
 A content stop on the token that also reaches a limit wins: the text is complete.
+Under a grammar the exact loop detector cuts where the repetition began (after the pattern's first
+copy): tokens that repeat an earlier one at some period (loops.RepetitionDetector.longest_run) are held
+back until they cannot be a loop's repeats, so the cut never retracts streamed text; the engine then
+closes the structure there (structured/closing.py). Tool calls add a watcher for repeated calls
+(toolcalls/loop_watch.py, reason tool_loop), run like a stop string.
 Under a grammar (`structure_complete` passed to on_token): the token that completes the structure
 ends the sequence with reason grammar, even below min_tokens; a stop string in the same token's
 text still wins (it cuts earlier); an end token that closes the structure counts as the grammar's
@@ -73,9 +78,14 @@ class SequenceStopper:
                    if p != "auto" and not (p == "json" and params.structured_outputs is not None)]
         self._watchers += [make_preset(name, markers) for name in presets]
         rd = params.repetition_detection
+        if rd.enabled and rd.tool_loops and params.tool_calls is not None:
+            self._watchers.append(params.tool_calls.loop_watch())
         self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens) if rd.enabled else None
         self._near = (NearLoopDetector(rd.near_loop_ngram, rd.near_loop_window, rd.near_loop_max_novelty)
                       if rd.enabled and rd.near_loops else None)
+        # under a grammar a loop is cut where it began: possible repeats are held back (module docstring)
+        self._hold_loops = self._loops is not None and params.structured_outputs is not None
+        self._answer_ends: list[int] = []   # characters fed after each answer token (when _hold_loops)
 
         self._num_tokens = 0            # output tokens seen by on_token
         self._fed = 0                   # characters of output text taken in
@@ -116,6 +126,8 @@ class SequenceStopper:
                     term = self._text_stop(matches, index)
             if term is None and structure_complete is not None:
                 term = self._grammar_stop(structure_complete, index, f"token {index}")
+        if self._hold_loops:
+            self._answer_ends.append(self._fed)
         if term is None:
             term = self._limit_or_loop(n, period, near)
         if term is not None:
@@ -180,6 +192,8 @@ class SequenceStopper:
     def _text_stop(self, matches: list[Match], index: int) -> Termination:
         best = min(matches, key=lambda m: (m.start, m.end))
         cut = best.end if self._params.include_stop_str_in_output else best.start
+        if best.preset == "tool_loop":    # the withheld call is never returned (toolcalls/loop_watch.py)
+            return self._content_stop(Reason.TOOL_LOOP, best.stop, index, best.start, None)
         if best.preset is None:
             return self._content_stop(Reason.STOP_STRING, f"stop string {json.dumps(best.stop)} at char {best.start}",
                                       index, cut, best.stop)
@@ -205,6 +219,8 @@ class SequenceStopper:
                                char_offset=self._fed)
         if criteria.check_repetition(period):
             assert period is not None and self._loops is not None
+            if self._hold_loops:
+                return self._loop_cut(n, period)
             return Termination(Reason.REPETITION, f"period {period} repeated {self._loops.repeats(period)} times",
                                token_index=n - 1, char_offset=self._fed)
         if near:
@@ -215,9 +231,25 @@ class SequenceStopper:
                                token_index=n - 1, char_offset=self._fed)
         return None
 
+    def _loop_cut(self, n: int, period: int) -> Termination:
+        """A loop under a grammar: cut after the pattern's first copy (the held-back repeats are dropped)."""
+        assert self._loops is not None
+        repeats, run = self._loops.repeats(period), self._loops.run(period)
+        kept_answer = len(self._answer_ends) - run
+        cut = self._answer_ends[kept_answer - 1] if kept_answer > 0 else 0
+        self._cut, self._kept = cut, n - run
+        return Termination(Reason.REPETITION, f"period {period} repeated {repeats} times; cut where it began "
+                           f"(token {n - run}, char {cut})", token_index=n - run - 1, char_offset=cut)
+
     # ---- text out --------------------------------------------------------------------------
     def _pending(self) -> int:
-        return max((w.pending() for w in self._watchers), default=0)
+        held = max((w.pending() for w in self._watchers), default=0)
+        if self._hold_loops and self._loops is not None:
+            run = self._loops.longest_run()
+            if run:
+                ends = self._answer_ends
+                held = max(held, self._fed - (ends[-run - 1] if run < len(ends) else 0))
+        return held
 
     def release(self) -> str:
         """Newly releasable text: extends a prefix of the final text; never retracted later."""
@@ -277,6 +309,11 @@ class SequenceStopper:
     def text(self) -> str:
         """The final text once finished; before that, the text released so far."""
         return self._final if self._final is not None else "".join(self._released_parts)
+
+    def text_through_cut(self) -> str:
+        """The text fed so far, up to the cut once one is decided (before finish)."""
+        text = "".join(self._released_parts + self._unreleased)
+        return text if self._cut is None else text[:self._cut]
 
     @property
     def text_was_cut(self) -> bool:

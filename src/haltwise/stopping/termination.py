@@ -21,6 +21,7 @@ class Reason(str, Enum):
     STOP_TOKEN = "stop_token"
     GRAMMAR = "grammar"          # the structure asked for (response_format / structured_outputs) is complete
     TOOL_CALL = "tool_call"      # the output is one or more complete, valid tool calls (toolcalls/)
+    TOOL_LOOP = "tool_loop"      # a call already answered in the conversation (or in this answer) was withheld
     MAX_TOKENS = "max_tokens"
     CONTEXT_LIMIT = "context_limit"
     REPETITION = "repetition"
@@ -42,7 +43,7 @@ _LAYER = {
     Reason.TIMEOUT: Layer.SYSTEM, Reason.CANCELLED: Layer.SYSTEM, Reason.ERROR: Layer.SYSTEM,
     Reason.MAX_TOKENS: Layer.ENGINE, Reason.CONTEXT_LIMIT: Layer.ENGINE,
     Reason.STOP_STRING: Layer.BUSINESS, Reason.STOP_TOKEN: Layer.BUSINESS, Reason.GRAMMAR: Layer.BUSINESS,
-    Reason.TOOL_CALL: Layer.BUSINESS,
+    Reason.TOOL_CALL: Layer.BUSINESS, Reason.TOOL_LOOP: Layer.BUSINESS,
     Reason.REPETITION: Layer.RULE,
     Reason.EOS: Layer.MODEL,
 }
@@ -50,7 +51,7 @@ _FINISH = {
     Reason.TIMEOUT: "length", Reason.CANCELLED: None, Reason.ERROR: "error",
     Reason.MAX_TOKENS: "length", Reason.CONTEXT_LIMIT: "length",
     Reason.STOP_STRING: "stop", Reason.STOP_TOKEN: "stop", Reason.GRAMMAR: "stop", Reason.REPETITION: "stop", Reason.EOS: "stop",
-    Reason.TOOL_CALL: "tool_calls",
+    Reason.TOOL_CALL: "tool_calls", Reason.TOOL_LOOP: "stop",
 }
 
 
@@ -64,6 +65,10 @@ class Termination:
     structure_incomplete: a structure (grammar, tool call) was open where the text ended. Invariant
         (SPEC §11): then finish_reason is never "stop" / "tool_calls" but "length" -- the reason still
         names the layer that cut (stopping/structure_contract.py sets it).
+    forced_close: the loop detector cut inside a structure and the server wrote its shortest valid
+        completion (structured/closing.py): the JSON parses and validates, but its last value is the
+        server's, not the model's -- finish_reason "length" (docs/structured.md says why).
+    tool_calls_made: tool_loop only: calls before the withheld one are in the answer -> "tool_calls".
     """
 
     reason: Reason
@@ -72,6 +77,8 @@ class Termination:
     char_offset: int = 0
     stop_reason: str | int | None = None
     structure_incomplete: bool = False
+    forced_close: bool = False
+    tool_calls_made: bool = False
 
     @property
     def layer(self) -> Layer:
@@ -80,8 +87,10 @@ class Termination:
     @property
     def finish_reason(self) -> str | None:
         finish = self.reason.finish_reason
-        if self.structure_incomplete and finish in ("stop", "tool_calls"):
+        if (self.structure_incomplete or self.forced_close) and finish in ("stop", "tool_calls"):
             return "length"
+        if self.tool_calls_made and finish == "stop":
+            return "tool_calls"
         return finish
 
     def to_dict(self) -> dict:

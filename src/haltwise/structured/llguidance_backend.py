@@ -16,6 +16,7 @@ import llguidance as llg
 import torch
 from llguidance.gbnf_to_lark import any_to_lark
 
+from haltwise.structured.closing import MAX_CLOSING_TOKENS, allowed_ids, closing_rank, ideal_close
 from haltwise.structured.schema_check import check_schema
 from haltwise.structured.spec import BOUNDED_JSON_WHITESPACE, StructuredOutputs, StructureError
 from haltwise.tokenizer.tokenizer import Tokenizer
@@ -24,9 +25,10 @@ GRAMMAR_CACHE_SIZE = 256
 
 
 class LLGuidanceMatcher:
-    def __init__(self, spec: StructuredOutputs, matcher: "llg.LLMatcher"):
+    def __init__(self, spec: StructuredOutputs, matcher: "llg.LLMatcher", backend: "LLGuidanceBackend | None" = None):
         self.spec = spec
         self._m = matcher
+        self._backend = backend
 
     def consume(self, token_id: int) -> bool:
         return bool(self._m.consume_token(token_id))
@@ -38,6 +40,41 @@ class LLGuidanceMatcher:
     @property
     def error(self) -> str:
         return self._m.get_error() if self._m.is_error() else ""
+
+    def rollback(self, num_tokens: int) -> bool:
+        """Undo the last num_tokens consumed tokens (a cut moved back); False if llguidance cannot."""
+        return num_tokens == 0 or bool(self._m.rollback(num_tokens))
+
+    def close(self, text: str) -> list[int] | None:
+        """The tokens that complete the structure after `text` (what it consumed), chosen by
+        structured/closing.py, and consumed: the matcher is then complete. None (the matcher untouched)
+        when no completion is found."""
+        if self._backend is None or self._m.is_error():
+            return None
+        trial = LLGuidanceMatcher(self.spec, self._m.deep_copy())
+        rank, width = self._backend.closing_rank(), self._backend.vocab_size
+        row = torch.zeros((width + 31) // 32, dtype=torch.int32)
+        ids: list[int] = []
+        while not trial._m.is_stopped():
+            if trial._m.is_accepting():
+                if not trial._m.consume_token(self._backend.end_token):
+                    return None
+                break
+            if len(ids) == MAX_CLOSING_TOKENS:
+                return None
+            trial.fill_row(row)
+            pick = self._backend.ideal_token(ideal_close(text), row)
+            if pick is None:
+                allowed = allowed_ids(row, width)
+                if allowed.numel() == 0:
+                    return None
+                pick = int(allowed[torch.argmin(rank[allowed])])
+            if int(rank[pick]) >= 2 ** 62 or not trial._m.consume_token(pick):
+                return None
+            ids.append(pick)
+            text += self._backend.token_text(pick)
+        self._m = trial._m
+        return ids
 
     def fill_row(self, row: torch.Tensor) -> None:
         """row: (W,) int32, contiguous. A matcher that cannot continue gets an all-zero row (no legal token);
@@ -52,8 +89,10 @@ class LLGuidanceGrammar:
     spec: StructuredOutputs
     _prototype: "llg.LLMatcher"        # never advanced: new matchers are deep copies of it
 
+    _backend: "LLGuidanceBackend | None" = None
+
     def new_matcher(self) -> LLGuidanceMatcher:
-        return LLGuidanceMatcher(self.spec, self._prototype.deep_copy())
+        return LLGuidanceMatcher(self.spec, self._prototype.deep_copy(), self._backend)
 
 
 class LLGuidanceBackend:
@@ -68,6 +107,39 @@ class LLGuidanceBackend:
         self._lock = threading.Lock()
         self._cache: OrderedDict[tuple, LLGuidanceGrammar] = OrderedDict()
         self._cache_size = cache_size
+        self._rank: torch.Tensor | None = None   # closing ranks (structured/closing.py), built on first use
+        self._by_text: dict[str, int] = {}        # token text -> lowest id spelling it (with _rank)
+
+    @property
+    def vocab_size(self) -> int:
+        return self._vocab_size
+
+    @property
+    def end_token(self) -> int:
+        return self._eos[0]
+
+    def closing_rank(self) -> torch.Tensor:
+        with self._lock:
+            if self._rank is None:
+                texts = [self._tokenizer.token_bytes(i) for i in range(self._tokenizer.vocab_size)]
+                never = frozenset(self._eos) | frozenset(self._tokenizer.special_token_texts().values())
+                self._rank = closing_rank(texts, self._vocab_size, never)
+                self._by_text = {}
+                for i, raw in enumerate(texts):
+                    if i not in never and raw:
+                        self._by_text.setdefault(raw.decode("utf-8", errors="replace"), i)
+            return self._rank
+
+    def token_text(self, token_id: int) -> str:
+        return self._tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")
+
+    def ideal_token(self, ideal: str, row: torch.Tensor) -> int | None:
+        """The longest allowed token (in `row`'s bitmask) spelling a prefix of `ideal`, or None."""
+        for k in range(len(ideal), 0, -1):
+            i = self._by_text.get(ideal[:k])
+            if i is not None and (int(row[i >> 5]) >> (i & 31)) & 1:
+                return i
+        return None
 
     def _lltokenizer(self) -> "llg.LLTokenizer":
         with self._lock:
@@ -82,7 +154,7 @@ class LLGuidanceBackend:
             hit = self._cache.get(key)
             if hit is not None:
                 self._cache.move_to_end(key)
-                return hit if hit.spec == spec else LLGuidanceGrammar(spec, hit._prototype)
+                return hit if hit.spec == spec else LLGuidanceGrammar(spec, hit._prototype, self)
         lltok = self._lltokenizer()
         grammar = _grammar_text(spec)
         failed, messages = llg.LLMatcher.validate_grammar_with_warnings(grammar, lltok)
@@ -97,7 +169,7 @@ class LLGuidanceBackend:
         LLGuidanceMatcher(spec, prototype.deep_copy()).fill_row(first[0])
         if not bool(first.any()):
             raise StructureError(spec.param, f"the {spec.kind} matches no text at all (unsatisfiable)")
-        compiled = LLGuidanceGrammar(spec, prototype)
+        compiled = LLGuidanceGrammar(spec, prototype, self)
         with self._lock:
             self._cache[key] = compiled
             while len(self._cache) > self._cache_size:

@@ -15,9 +15,13 @@ from haltwise.structured.schema_shape import shape_problem
 
 MAX_CONSTRAINT_CHARS = 64 * 1024   # schema (as JSON text), regex or grammar; larger is a 400
 MAX_CHOICES = 1024
-# Between JSON tokens: nothing, one space, or 1-2 newlines and up to 20 indent characters (llama.cpp's
-# bound). An unbounded [ \t\n]* lets a model loop on whitespace inside a structure forever.
-BOUNDED_JSON_WHITESPACE = r"( |\n{1,2}[ \t]{0,20})?"
+# Between JSON tokens: nothing, one space, or one newline followed by an indent of up to 16 spaces or up to
+# 4 tabs -- the pretty-printed JSON the models were trained on (json.dumps(indent=2|4), 2-space `{\n  "a"`
+# from SmolLM2 and Qwen2.5) to nesting depth 8 (2-space) / 4 (4-space, tabs); deeper lines keep the
+# maximum indent. No blank lines, no tab/space mixes: runs like "\n    \t  \t  \t" were the model
+# looping on whitespace. An unbounded [ \t\n]* (opt-out: whitespace_pattern) lets it loop forever.
+BOUNDED_JSON_WHITESPACE = r"( |\n {0,16}|\n\t{0,4})?"
+FLEXIBLE_JSON_WHITESPACE = r"[ \t\n\r]*"   # the unbounded JSON rule, for `whitespace_pattern` opt-outs
 KINDS = ("json", "json_object", "regex", "choice", "grammar")
 
 
@@ -104,7 +108,7 @@ def _canonical_schema(schema: str | dict, param: str) -> str:
     if not isinstance(schema, (dict, bool)):
         raise StructureError(param, "a JSON Schema must be an object (or true/false)")
     try:
-        text = _json.dumps(schema, sort_keys=True, ensure_ascii=False, allow_nan=False)
+        text = _json.dumps(schema, ensure_ascii=False, allow_nan=False)
     except (TypeError, ValueError) as e:
         raise StructureError(param, f"the schema is not JSON-serialisable: {e}") from None
     if len(text) > MAX_CONSTRAINT_CHARS:

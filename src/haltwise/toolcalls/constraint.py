@@ -9,6 +9,8 @@ At finish (stopping/structure_contract.py) the final text is parsed with the req
         -> reason tool_call (business layer), finish_reason "tool_calls", detail names the tools called
     a call whose arguments do not parse or validate (never under the grammar; checked anyway)
         -> structure_incomplete, detail says which call failed
+    a repeated call withheld (reason tool_loop, toolcalls/loop_watch.py)
+        -> tool_loop; finish_reason "tool_calls" if complete calls precede it in the answer, else "stop"
     no call (tool_choice auto, the model answered in text and ended)
         -> reason eos: the grammar's end was the model's own end of text
 """
@@ -23,6 +25,7 @@ import jsonschema
 from haltwise.stopping.structure_contract import mark_incomplete
 from haltwise.stopping.termination import Reason, Termination
 from haltwise.toolcalls.formats.registry import get_format
+from haltwise.toolcalls.loop_watch import ToolLoopWatch
 from haltwise.toolcalls.parser import ParseResult, ToolCallParser, parse
 from haltwise.toolcalls.spec import ToolSpec
 
@@ -34,6 +37,10 @@ class ToolCallConstraint:
     format_name: str                  # toolcalls/formats/registry.py
     tools: tuple[ToolSpec, ...]       # the tools a call may name
     mode: str                         # auto | required | named
+    answered: frozenset[tuple[str, str]] = frozenset()   # calls the conversation already answered (loop_watch.py)
+
+    def loop_watch(self) -> ToolLoopWatch:
+        return ToolLoopWatch(get_format(self.format_name), self.answered)
 
     def parser(self) -> ToolCallParser:
         return ToolCallParser(get_format(self.format_name))
@@ -48,6 +55,8 @@ class ToolCallConstraint:
         structure, so anything short of that -- even a cut between two calls -- is incomplete).
         """
         result = self.parse(text)
+        if term.reason is Reason.TOOL_LOOP and not (result.open or result.broken or self.invalid_call(result)):
+            return dataclasses.replace(term, tool_calls_made=bool(result.calls))
         if result.open or result.broken or any(not c.complete for c in result.calls):
             return mark_incomplete(term, "tool call")
         if self.mode != "auto" and (not grammar_closed or not result.calls):

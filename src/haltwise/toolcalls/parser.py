@@ -77,6 +77,21 @@ class ToolCallParser:
         self._opener = fmt.openers[0]   # (trigger, prefix, suffix) of the section being read
         self._at_start = bool(fmt.start_openers)   # nothing classified yet: start openers still apply
 
+    @property
+    def in_call(self) -> bool:
+        """The text read so far ends inside a call section."""
+        return self._state not in ("text", "broken")
+
+    @property
+    def opener(self) -> tuple[str, str | None, str]:
+        """(trigger, prefix, suffix) of the section being read (or last read)."""
+        return self._opener
+
+    @property
+    def held(self) -> int:
+        """Characters taken in but not yet classified (in text: what may still grow into a trigger)."""
+        return len(self._buf)
+
     # ---- feeding ----------------------------------------------------------------------------
     def feed(self, text: str) -> list[Event]:
         self._buf += text

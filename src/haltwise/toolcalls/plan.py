@@ -22,6 +22,7 @@ from haltwise.toolcalls.constraint import ToolCallConstraint
 from haltwise.toolcalls.formats.base import ToolFormat
 from haltwise.toolcalls.formats.registry import format_for_template, get_format
 from haltwise.toolcalls.grammar import tool_grammar
+from haltwise.toolcalls.loop_watch import answered_calls
 from haltwise.toolcalls.spec import ToolError, ToolRequest
 
 
@@ -36,14 +37,18 @@ class ToolPlan:
     def template_kwargs(self) -> dict[str, Any]:
         return {"tools": self.template_tools} if self.template_tools else {}
 
-    def apply(self, params: SamplingParams) -> SamplingParams:
-        """params with the call grammar and the settle rule; a second structure on the request is a 400."""
+    def apply(self, params: SamplingParams, messages: list[dict[str, Any]] = ()) -> SamplingParams:
+        """params with the call grammar and the settle rule; a second structure on the request is a 400.
+        messages: the conversation (template_messages), whose answered calls a repeat is checked against."""
         if self.structure is None:
             return params
         if params.structured_outputs is not None:
             raise ToolError(params.structured_outputs.param, "a response format / structured output cannot be "
                             "combined with tool calls; use tool_choice 'none' for a structured text answer")
-        return dataclasses.replace(params, structured_outputs=self.structure, tool_calls=self.constraint)
+        constraint = self.constraint
+        if constraint is not None and messages:
+            constraint = dataclasses.replace(constraint, answered=answered_calls(messages))
+        return dataclasses.replace(params, structured_outputs=self.structure, tool_calls=constraint)
 
 
 def plan_tool_calls(request: ToolRequest | None, tokenizer: Any, parser_name: str | None = None) -> ToolPlan | None:

@@ -128,7 +128,7 @@ def _tool(raw: Any, param: str) -> ToolSpec:
         check_schema(schema, where)
     except StructureError as e:
         raise ToolError(e.param, str(e)) from None
-    return ToolSpec(name, description, json.dumps(schema, sort_keys=True, ensure_ascii=False, allow_nan=False))
+    return ToolSpec(name, description, json.dumps(schema, ensure_ascii=False, allow_nan=False))
 
 
 def bound_schema(schema: Any, param: str) -> None:

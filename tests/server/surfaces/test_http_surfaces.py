@@ -195,3 +195,20 @@ def test_one_json_log_line_with_the_record(tiny_server, caplog) -> None:
         (choice,) = lines[rid]["choices"]
         assert {k: choice[k] for k in record} == record and choice["finish_reason"] == "length"
         assert "Hello" not in json.dumps(lines[rid])     # no user text without --log-content
+
+
+def test_responses_include_is_understood(tiny_server) -> None:
+    """Every documented `include` value is accepted; logprobs are served; an unknown value is a 400."""
+    every = ["file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+             "message.input_image.image_url", "computer_call_output.output.image_url",
+             "code_interpreter_call.outputs", "reasoning.encrypted_content", "message.output_text.logprobs"]
+    r = oai(tiny_server.url).responses.create(model="tiny", input="Hi", max_output_tokens=4, include=every,
+                                             top_logprobs=2, extra_body=SEEDED)
+    part = r.output[0].content[0]
+    assert r.usage.output_tokens == len(part.logprobs) >= 1
+    assert all(len(lp.top_logprobs) == 2 and lp.logprob <= 0 for lp in part.logprobs)
+    plain = oai(tiny_server.url).responses.create(model="tiny", input="Hi", max_output_tokens=4, extra_body=SEEDED)
+    assert plain.output[0].content[0].logprobs == [] and plain.output_text == r.output_text
+    bad = httpx.post(tiny_server.url + "/v1/responses",
+                     json={"model": "tiny", "input": "x", "max_output_tokens": 2, "include": ["nope"]})
+    assert bad.status_code == 400 and bad.json()["error"]["param"].startswith("include")

@@ -31,6 +31,7 @@ from haltwise.errors import HaltwiseError
 from haltwise.server.chat_core import ChatCall, ChatDelta, ChatResult
 from haltwise.server.generation import respond
 from haltwise.server.runner import ClientGone
+from haltwise.server.surfaces.openai_bodies import chat_logprobs
 from haltwise.server.state import begin
 from haltwise.server.surfaces.openai_responses_protocol import ResponsesRequest
 from haltwise.server.surfaces.stop_reasons import words_for
@@ -229,6 +230,12 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
     call = await run_in_threadpool(ChatCall, served, request, builder.id, body.to_turn())   # template: off the loop
 
     async def final() -> dict[str, Any]:
-        return builder.final(await call.result())
+        result = await call.result()
+        body_out = builder.final(result)
+        if result.logprobs is not None:    # include: message.output_text.logprobs (chat's per-token shape)
+            entries = (chat_logprobs(st.engine.tokenizer, result.logprobs) or {}).get("content", [])
+            for part in (p for it in body_out["output"] if it["type"] == "message" for p in it["content"]):
+                part["logprobs"] = entries
+        return body_out
 
     return await respond(call, body.stream, lambda: _stream(call, ResponseEvents(builder)), final)

@@ -111,6 +111,17 @@ class TextSpec(_Strict):
     verbosity: str | None = None
 
 
+# `include` values of the Responses API (openai SDK ResponseIncludable). haltwise serves
+# message.output_text.logprobs (non-streamed answers); the others name data haltwise has none of (no
+# search, computer, code interpreter or image tools; reasoning is returned in the clear, never encrypted),
+# so, as the OpenAI API does for a model without them, they are accepted and the data is omitted.
+INCLUDABLE = Literal[
+    "file_search_call.results", "web_search_call.results", "web_search_call.action.sources",
+    "message.input_image.image_url", "computer_call_output.output.image_url", "code_interpreter_call.outputs",
+    "reasoning.encrypted_content", "message.output_text.logprobs"]
+LOGPROBS = "message.output_text.logprobs"
+
+
 class ResponsesRequest(_Strict):
     """POST /v1/responses."""
 
@@ -126,6 +137,8 @@ class ResponsesRequest(_Strict):
     parallel_tool_calls: bool | None = None
     text: TextSpec | None = None
     stream: bool = False
+    include: list[INCLUDABLE] | None = None     # see INCLUDABLE
+    top_logprobs: int | None = Field(None, ge=0, le=20)
     # stateful features: refused (see STATELESS)
     store: bool | None = None
     previous_response_id: str | None = None
@@ -164,7 +177,8 @@ class ResponsesRequest(_Strict):
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             repetition_detection=loop_detection(self.repetition_detection),
             stop=self.stop,   # SamplingParams normalises (str | list | None -> tuple)
-            structured_outputs=self._structure(), logit_bias=parse_logit_bias(self.logit_bias or {}))
+            structured_outputs=self._structure(), logit_bias=parse_logit_bias(self.logit_bias or {}),
+            logprobs=(self.top_logprobs or 0) if LOGPROBS in (self.include or ()) else None)
         return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
                         self.parallel_tool_calls, template_kwargs=template_kwargs(None, effort))
 

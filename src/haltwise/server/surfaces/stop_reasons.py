@@ -8,6 +8,8 @@
 | grammar            | stop                      | end_turn                       | completed                                    |
 | tool_call          | tool_calls                | tool_use                       | completed (function_call items)              |
 | repetition         | stop                      | end_turn                       | completed                                    |
+| tool_loop          | stop (tool_calls if calls | end_turn (tool_use if calls    | completed                                    |
+|                    | precede the withheld one) | precede the withheld one)      |                                              |
 | max_tokens         | length                    | max_tokens                     | incomplete / max_output_tokens               |
 | context_limit      | length                    | model_context_window_exceeded  | incomplete / max_output_tokens               |
 | timeout            | length                    | max_tokens                     | incomplete / timeout                         |
@@ -19,6 +21,10 @@ Decisions:
   stop): the rule layer judged the text finished, and a client that reads "truncated" would ask to
   continue a loop. A deadline (timeout) cut the text: Anthropic has no word for it, and max_tokens is
   what its clients read as "cut, may continue"; Responses says incomplete, reason "timeout".
+- A withheld repeated call (tool_loop) ends the turn: the model's text before it is the answer, the call
+  is never sent, so an agent loop stops instead of running the same call again (docs/structured.md).
+- A forced close (a loop inside a JSON value, closed by the server: termination.forced_close) is "length"
+  everywhere: the JSON parses and validates, but its last value was cut (docs/structured.md).
 - Precedence: whenever the output's own finish_reason is "length" (e.g. a structure cut mid-way by any
   layer, issue 23's contract), the surface says cut (max_tokens / incomplete) whatever the row says.
 - The full record rides along as `termination` on each surface's final object, so nothing is lost.
@@ -44,6 +50,7 @@ TABLE: dict[str, SurfaceWords] = {
     "grammar": SurfaceWords("end_turn", "completed"),
     "tool_call": SurfaceWords("tool_use", "completed"),
     "repetition": SurfaceWords("end_turn", "completed"),
+    "tool_loop": SurfaceWords("end_turn", "completed"),
     "max_tokens": SurfaceWords("max_tokens", "incomplete", "max_output_tokens"),
     "context_limit": SurfaceWords("model_context_window_exceeded", "incomplete", "max_output_tokens"),
     "timeout": SurfaceWords("max_tokens", "incomplete", "timeout"),

@@ -1,0 +1,124 @@
+"""Structures and tool loops end by themselves (issue 50), on the real models, default flags, official client.
+
+- SmolLM2: JSON answers never run to max_tokens: they end with the grammar, or a loop inside a value is
+  closed by the server (termination repetition, forced close -> finish_reason "length") -- either way the
+  content parses and validates; streamed equals non-streamed.
+- Qwen2.5-Coder-0.5B: after a get_weather call and its result, with tool_choice auto, the answer ends
+  with content or with reason tool_loop -- never "length" from a repeated call; /metrics counts it.
+"""
+from __future__ import annotations
+
+import json
+from typing import Iterator
+
+import httpx
+import jsonschema
+import openai
+import pytest
+
+from tests.models.real_models import real_model_path
+from tests.server.browser_helpers import serve
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
+
+EXPRESS = {"type": "object", "properties": {"express": {"type": "boolean"}, "reason": {"type": "string"}},
+           "required": ["express", "reason"]}
+SKY = {"type": "object", "properties": {"description": {"type": "string"}}, "required": ["description"]}
+SIMPLE = ["Give the capital of France as JSON.", "Return a JSON object with a person's name and age.",
+          "List three colors as a JSON object.", "Describe today's weather in JSON.",
+          "Give me a book title and its author in JSON.", "What is 2 + 2? Answer in JSON."]
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Get the current weather in a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string", "maxLength": 40},
+                                                    "unit": {"enum": ["celsius", "fahrenheit"]}},
+                   "required": ["city"]}}}
+MAX = 256
+
+
+@pytest.fixture(scope="module")
+def smol() -> Iterator[openai.OpenAI]:
+    for url in serve("--model", "smollm2-135m", start_limit=900):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600)
+
+
+@pytest.fixture(scope="module")
+def qwen() -> Iterator[tuple[openai.OpenAI, str]]:
+    real_model_path("qwen2.5-coder-0.5b")
+    for url in serve("--model", "qwen2.5-coder-0.5b", start_limit=900):
+        yield openai.OpenAI(base_url=url + "/v1", api_key="x", max_retries=0, timeout=600), url
+
+
+def _json(oai, prompt: str, response_format: dict, stream: bool = False):
+    kw = dict(model=oai.models.list().data[0].id, messages=[{"role": "user", "content": prompt}], temperature=0,
+              max_tokens=MAX, response_format=response_format)
+    if not stream:
+        return oai.chat.completions.create(**kw).choices[0]
+    text, finish = "", None
+    for chunk in oai.chat.completions.create(stream=True, **kw):
+        for c in chunk.choices:
+            text += c.delta.content or ""
+            finish = c.finish_reason or finish
+    return text, finish
+
+
+def _ended_valid(choice, schema: dict) -> dict:
+    """The answer is JSON that validates and it ended by the grammar or by a forced close, not by a limit."""
+    term = choice.model_extra["termination"]
+    jsonschema.validate(json.loads(choice.message.content), schema)
+    assert term["reason"] in ("grammar", "repetition"), term
+    assert choice.finish_reason == ("stop" if term["reason"] == "grammar" else "length")
+    if term["reason"] == "repetition":
+        assert "closed $" in term["detail"]
+    return term
+
+
+def test_the_whitespace_prompt_ends_by_itself_with_valid_json(smol) -> None:
+    choice = _json(smol, "Should this parcel go by express shipping? It is urgent.",
+                   {"type": "json_schema", "json_schema": {"name": "shipping", "schema": EXPRESS}})
+    assert _ended_valid(choice, EXPRESS)["reason"] == "grammar"
+    assert "  \t" not in choice.message.content and "\n\n" not in choice.message.content
+
+
+def test_a_looping_string_is_closed_valid_and_streams_the_same(smol) -> None:
+    rf = {"type": "json_schema", "json_schema": {"name": "sky", "schema": SKY}}
+    choice = _json(smol, "Describe the sky in JSON.", rf)
+    term = _ended_valid(choice, SKY)
+    assert term["reason"] == "repetition" and "$.description" in term["detail"]
+    assert _json(smol, "Describe the sky in JSON.", rf, stream=True) == (choice.message.content, "length")
+
+
+@pytest.mark.parametrize("prompt", SIMPLE)
+def test_json_object_never_runs_to_the_limit(smol, prompt: str) -> None:
+    _ended_valid(_json(smol, prompt, {"type": "json_object"}), {"type": "object"})
+
+
+def _round_trip(oai, **extra):
+    ask = [{"role": "user", "content": "What is the weather like in Paris right now?"}]
+    history = ask + [
+        {"role": "assistant", "content": None, "tool_calls": [{"id": "call_1", "type": "function", "function": {
+            "name": "get_weather", "arguments": json.dumps({"city": "Paris"})}}]},
+        {"role": "tool", "tool_call_id": "call_1", "content": json.dumps({"temperature_c": 18, "sky": "sunny"})}]
+    return oai.chat.completions.create(model=oai.models.list().data[0].id, messages=history, tools=[WEATHER],
+                                       temperature=0, max_tokens=MAX, extra_body=extra or None).choices[0]
+
+
+def test_the_tool_round_trip_ends_with_content_or_tool_loop(qwen) -> None:
+    oai, url = qwen
+    choice = _round_trip(oai)
+    term = choice.model_extra["termination"]
+    assert choice.finish_reason != "length", term
+    if term["reason"] == "tool_loop":
+        assert choice.finish_reason == "stop" and not choice.message.tool_calls
+        assert "get_weather" in term["detail"] and "already answered" in term["detail"]
+        metrics = httpx.get(url + "/metrics").text
+        assert 'termination_reason="tool_loop"' in metrics
+    else:
+        assert choice.message.content and not choice.message.tool_calls
+
+
+def test_the_switch_turns_tool_loop_detection_off(qwen) -> None:
+    oai, _ = qwen
+    on = _round_trip(oai)
+    off = _round_trip(oai, repetition_detection={"tool_loops": False})
+    if on.model_extra["termination"]["reason"] == "tool_loop":
+        assert off.model_extra["termination"]["reason"] != "tool_loop"
