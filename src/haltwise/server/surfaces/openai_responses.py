@@ -233,7 +233,7 @@ async def create_response(body: ResponsesRequest, request: Request) -> Response:
         result = await call.result()
         body_out = builder.final(result)
         if result.logprobs is not None:    # include: message.output_text.logprobs (chat's per-token shape)
-            entries = (chat_logprobs(st.engine.tokenizer, result.logprobs) or {}).get("content", [])
+            entries = (chat_logprobs(served.tokenizer, result.logprobs) or {}).get("content", [])
             for part in (p for it in body_out["output"] if it["type"] == "message" for p in it["content"]):
                 part["logprobs"] = entries
         return body_out
