@@ -5,7 +5,7 @@ import torch
 from haltwise.models import weight_cache
 from haltwise.models.loader import load_model
 from haltwise.models.tiny import tiny_llama
-from tests.models.test_gguf_reader import VOCAB, write_gguf
+from tests.gguf.test_reader import VOCAB, write_gguf
 
 
 def test_second_load_hits_the_cache_with_identical_weights(tmp_path, monkeypatch):
