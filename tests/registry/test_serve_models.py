@@ -79,3 +79,22 @@ def test_unload_returns_memory_and_reload_gives_the_same_tokens(tmp_path):
         unloaded = resident(s.proc.pid)
         assert loaded - unloaded >= weights, (before, loaded, unloaded, weights)
         assert texts() == first
+
+
+def test_the_prompt_cache_ram_budget_is_kept_out_of_the_models_budget(tmp_path):
+    import argparse
+
+    from haltwise.engine.prompt_cache.prompt_cache import PromptTiers
+    from haltwise.engine.prompt_cache.ram_tier import RamTier
+    from haltwise.server import serve, serve_models
+
+    parser = argparse.ArgumentParser()
+    serve.add_arguments(parser)
+    args = parser.parse_args(["--models-dir", str(models_dir(tmp_path, MODELS[:1])), "--memory-reserve", "0"])
+    tiers = PromptTiers(ram=RamTier(64 << 20))
+    registry = serve_models.build_registry(args, tiers)
+    registry.budget.available = lambda: 1 << 30
+    assert registry.budget.free(0) == (1 << 30) - (64 << 20)
+    bare = serve_models.build_registry(args)                    # no tiers: nothing kept out
+    bare.budget.available = lambda: 1 << 30
+    assert bare.budget.free(0) == 1 << 30

@@ -100,10 +100,6 @@ def run(args: argparse.Namespace) -> int:
     except secrets.KeySourceError as exc:
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
-    if serve_models.several_models(args):
-        return _serve_several(args)
-    args.model = args.model[0] if args.model else None
-    args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
     try:  # also before the model loads: --otlp-traces-endpoint without the otel extra
         args.tracer = tracing.tracer_from(args.otlp_traces_endpoint)
     except SystemExit as exc:
@@ -111,6 +107,10 @@ def run(args: argparse.Namespace) -> int:
         return 2
     args.prompt_cache = prompt_cache_args.settings_from(args, args.no_prefix_caching)
     print(f"haltwise: {args.prompt_cache.describe()}", flush=True)
+    if serve_models.several_models(args):
+        return _serve_several(args)
+    args.model = args.model[0] if args.model else None
+    args.served_model_name = args.served_model_name or default_served_name(args.model, args.tiny)
     if args.replicas or args.ray_address:
         from haltwise.cluster.launch import serve_cluster
 
@@ -147,12 +147,17 @@ def _serve_several(args: argparse.Namespace) -> int:
               file=sys.stderr, flush=True)
         return 2
     try:
-        registry = serve_models.build_registry(args)
-    except ValueError as exc:
+        tiers = args.prompt_cache.open()     # one RAM tier (and disk tier) for every model: entries are per model
+        registry = serve_models.build_registry(args, tiers)
+    except ValueError as exc:                # an untrusted --prompt-cache-dir, a bad --models-dir
         print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
         return 2
     args.served_model_name = ", ".join(registry.entries)
-    return _serve(args, None, registry)
+    try:
+        return _serve(args, None, registry)
+    finally:
+        if tiers.disk is not None:
+            tiers.disk.flush(timeout=30)
 
 
 def _serve(args: argparse.Namespace, engine: Any, models: Any = None) -> int:

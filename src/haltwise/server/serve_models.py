@@ -54,8 +54,9 @@ def sources(args: argparse.Namespace) -> tuple[list[tuple[str, Path]], list[str]
     return list(table.items()), [n for n, _ in named]
 
 
-def build_registry(args: argparse.Namespace) -> Any:
-    """The registry of a several-model server; the --model ones load at start."""
+def build_registry(args: argparse.Namespace, tiers: Any = None) -> Any:
+    """The registry of a several-model server; the --model ones load at start. tiers: the server's prompt-cache
+    tiers (engine/prompt_cache), shared by every model's engine; their RAM budget is kept out of the models'."""
     from haltwise.engine.async_engine import AsyncEngine
     from haltwise.registry.durations import parse_keep_alive
     from haltwise.registry.entry import ModelEntry
@@ -70,13 +71,13 @@ def build_registry(args: argparse.Namespace) -> Any:
     def load(path: Path, estimate: Any) -> Any:
         engine = AsyncEngine.build(str(path), replace(config, kv_cache_memory=estimate.kv_pool),
                                    rope_scaling=args.rope_scaling, default_timeout=args.default_timeout,
-                                   watchdog_s=args.watchdog)
+                                   watchdog_s=args.watchdog, prompt_tiers=tiers)
         if args.chat_template is not None and engine.tokenizer.chat_template is None:
             engine.tokenizer.set_chat_template(args.chat_template)   # models whose file has no template
         return engine
 
-    # HOOK (prompt cache): pass reserved_bytes=lambda: tier.budget_bytes once the server-wide RAM tier exists.
-    budget = MemoryBudget(limit=args.models_memory, reserve=args.memory_reserve)
+    budget = MemoryBudget(limit=args.models_memory, reserve=args.memory_reserve,
+                          reserved_bytes=lambda: tiers.budget_bytes if tiers is not None else 0)
     registry = ModelRegistry([ModelEntry(name, path) for name, path in table], table[0][0], load,
                              lambda path, free: estimate_load(path, config, free), max_loaded=args.models_max,
                              keep_alive_s=parse_keep_alive(args.model_keep_alive or DEFAULT_KEEP_ALIVE),
