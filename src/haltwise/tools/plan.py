@@ -26,7 +26,7 @@ def run(args: argparse.Namespace) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     try:
-        loaded = load_model(args.model, dtype="float32")
+        loaded = load_model(args.model, dtype="float32", mapped=True)   # as serve: linears stay in the file
     except ModelLoadError as e:
         print(f"haltwise plan: {e}", file=sys.stderr)
         return 2
