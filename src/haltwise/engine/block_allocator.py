@@ -11,8 +11,9 @@ A sequence's KV lives in fixed-size blocks named by its block table:
         slot(p) = block_table[p // block_size] * block_size + p % block_size
 
 Prefix cache: once a block is FULL and computed it is registered under its chain hash (prefix_chain.py:
-equal hashes mean equal whole prefixes), and the block's KV can be shared. Only full blocks are ever shared, and a sequence only writes
-positions >= its num_computed_tokens, so a shared block is never written again (no copy-on-write).
+equal hashes mean equal whole prefixes), and the block's KV can be shared. Only full blocks are ever
+shared, and a sequence only writes positions >= its num_computed_tokens, so a shared block is never
+written again (no copy-on-write).
 
 Every block is in exactly one state:
 
@@ -24,8 +25,8 @@ Blocks from num_usable_blocks on are not handed out yet (their pages are still b
 page_commit.py): make_usable(n) adds them to the free list as they arrive, and shrink_to_usable() ends the
 pool there (the host refused the rest). They count neither as free nor as used.
 
-The prefix cache's index and its listener (a prompt cache beyond the pool) live in prefix_index.py; the
-allocator never learns where evicted blocks go; add_restored() marks blocks the listener filled as computed.
+The prefix index and its listener (a prompt cache beyond the pool): prefix_index.py. add_restored() marks
+the blocks that listener filled as computed; the allocator never learns where evicted blocks go.
 """
 from __future__ import annotations
 
@@ -55,15 +56,14 @@ class BlockAllocator:
         self.num_usable_blocks = num_blocks if usable_blocks is None else min(usable_blocks, num_blocks)
         self._blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(self.num_usable_blocks))  # ref 0, unhashed
-        self._index = PrefixIndex()                                # registered blocks; ref 0 ones evictable
+        self._index = PrefixIndex()                                # registered blocks, the evictable ones
         self._live: dict[int, Sequence] = {}                       # seq_id -> sequence holding blocks
         self._seq_hashes: dict[int, list[bytes]] = {}              # seq_id -> hashes of its leading full blocks
         self.prefix_cache_hits = 0     # tokens served from the cache
         self.prefix_cache_queries = 0  # tokens looked up
 
     @property
-    def listener(self):
-        """Who hears blocks enter and leave the prefix cache (prefix_index.py), or None."""
+    def listener(self):   # who hears blocks enter and leave the prefix cache (prefix_index.py), or None
         return self._index.listener
 
     @listener.setter

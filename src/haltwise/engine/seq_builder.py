@@ -19,7 +19,7 @@ from haltwise.tokenizer.tokenizer import Tokenizer
 
 class SeqBuilder:
     """Builds SeqOutputStates (stopper, detokenizers, generator, prompt scores, reasoning section); numbers
-    sequences. Touches no engine state, so any thread may call build (one at a time: the ids' counter)."""
+    sequences. Touches no engine state, so any thread may call build (AsyncEngine prepares requests off its thread)."""
 
     def __init__(self, tokenizer: Tokenizer, eos_token_ids: frozenset[int], special_token_texts: Mapping[str, int],
                  reasoning_tags: ReasoningTags | None, max_model_len: int):

@@ -66,7 +66,8 @@ class LoopStops:
         if near:
             assert self._near is not None
             tail = text()[-48:]
-            return Termination(Reason.REPETITION, f"near-loop detector: only {self._near.novelty:.0%} of the last "
-                               f"{self._near.window} {self._near.ngram}-grams are new; the text ends {json.dumps(tail)}",
+            near_loop = self._near
+            return Termination(Reason.REPETITION, f"near-loop detector: only {near_loop.novelty:.0%} of the last "
+                               f"{near_loop.window} {near_loop.ngram}-grams are new; the text ends {json.dumps(tail)}",
                                token_index=n - 1, char_offset=fed)
         return None
