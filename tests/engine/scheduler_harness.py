@@ -11,7 +11,8 @@ import itertools
 
 from haltwise.config import EngineConfig
 from haltwise.engine.block_allocator import BlockAllocator
-from haltwise.engine.scheduler import Scheduler, SchedulerOutput
+from haltwise.engine.scheduler import Scheduler
+from haltwise.engine.scheduler_output import SchedulerOutput
 from haltwise.engine.sequence import Sequence, SequenceStatus
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping.termination import Reason, Termination

@@ -8,7 +8,8 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from haltwise.engine.block_allocator import BlockAllocator, blocks_for
+from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.prefix_chain import blocks_for
 from haltwise.engine.sequence import Sequence
 from haltwise.sampling_params import SamplingParams
 

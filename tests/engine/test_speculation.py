@@ -10,7 +10,7 @@ from hypothesis import given, settings, strategies as st
 
 from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionPolicy
-from haltwise.engine.block_allocator import blocks_for
+from haltwise.engine.prefix_chain import blocks_for
 from haltwise.engine.factory import build_engine
 from haltwise.engine.speculation import MAX_NGRAM, MIN_NGRAM, PromptLookup
 from haltwise.sampling_params import RepetitionDetection, SamplingParams

@@ -27,7 +27,7 @@ from ray.serve.exceptions import BackPressureError, RequestCancelledError
 
 from haltwise.cluster import directory
 from haltwise.cluster.wire import ERROR, REPLICA, decode_error, is_marker
-from haltwise.engine.engine import EngineStats
+from haltwise.engine.engine_stats import EngineStats
 from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams

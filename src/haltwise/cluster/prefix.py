@@ -9,7 +9,7 @@ router compares (a collision only costs a cache miss).
 """
 from __future__ import annotations
 
-from haltwise.engine.block_allocator import chain_hash
+from haltwise.engine.prefix_chain import chain_hash
 
 
 def block_key(block_hash: bytes) -> int:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from haltwise.engine.block_allocator import blocks_for
+from haltwise.engine.prefix_chain import blocks_for
 from haltwise.engine.sequence import Sequence
 
 TOO_LARGE = "too_large"

@@ -24,7 +24,8 @@ from typing import AsyncIterator
 
 from haltwise.config import EngineConfig
 from haltwise.engine.breaker import CircuitBreaker
-from haltwise.engine.engine import EngineStats, LLMEngine
+from haltwise.engine.engine import LLMEngine
+from haltwise.engine.engine_stats import EngineStats
 from haltwise.engine.request_state import RequestState
 from haltwise.engine.torch_thread import TorchThread
 from haltwise.errors import EngineFailure, HaltwiseError, Overloaded

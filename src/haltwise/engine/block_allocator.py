@@ -10,10 +10,10 @@ A sequence's KV lives in fixed-size blocks named by its block table:
 
         slot(p) = block_table[p // block_size] * block_size + p % block_size
 
-Prefix cache: once a block is FULL and computed it is registered under a hash chained over every
-token before it, h_i = H(h_{i-1} || tokens of block i), so equal hashes mean equal whole prefixes
-and the block's KV can be shared. Only full blocks are ever shared, and a sequence only writes
-positions >= its num_computed_tokens, so a shared block is never written again (no copy-on-write).
+Prefix cache: once a block is FULL and computed it is registered under its chain hash (prefix_chain.py:
+equal hashes mean equal whole prefixes), and the block's KV can be shared. Only full blocks are ever
+shared, and a sequence only writes positions >= its num_computed_tokens, so a shared block is never
+written again (no copy-on-write).
 
 Every block is in exactly one state:
 
@@ -25,38 +25,17 @@ Blocks from num_usable_blocks on are not handed out yet (their pages are still b
 page_commit.py): make_usable(n) adds them to the free list as they arrive, and shrink_to_usable() ends the
 pool there (the host refused the rest). They count neither as free nor as used.
 
-A listener (engine/prompt_cache/engine_link.py) may watch the prefix cache: `registered(block_id, hash)` when
-a block enters it, `evicted(block_id, hash)` just before an evictable block is reused (its KV still intact).
-The allocator never learns where those blocks go; add_restored() marks blocks the listener filled as computed.
+The prefix index and its listener (a prompt cache beyond the pool): prefix_index.py. add_restored() marks
+the blocks that listener filled as computed; the allocator never learns where evicted blocks go.
 """
 from __future__ import annotations
 
-import hashlib
-from array import array
-from collections import OrderedDict, deque
-from dataclasses import dataclass
+from collections import deque
 
+from haltwise.engine.prefix_chain import blocks_for, iter_chain
+from haltwise.engine.prefix_index import Block, PrefixIndex
 from haltwise.engine.sequence import Sequence
 from haltwise.engine.window_blocks import WindowBlocks
-
-
-def blocks_for(num_tokens: int, block_size: int) -> int:
-    """Blocks needed to hold num_tokens positions."""
-    return -(-num_tokens // block_size)
-
-
-def chain_hash(prev: bytes, token_ids: list[int]) -> bytes:
-    """Hash of a full block given the hash of the block before it (b"" for the first block)."""
-    h = hashlib.blake2b(prev, digest_size=16)
-    h.update(array("q", token_ids).tobytes())
-    return h.digest()
-
-
-@dataclass(slots=True)
-class _Block:
-    block_id: int
-    ref_count: int = 0
-    block_hash: bytes | None = None  # set only while registered in the prefix cache
 
 
 class BlockAllocator:
@@ -75,21 +54,27 @@ class BlockAllocator:
         self.enable_prefix_caching = enable_prefix_caching
         self.window = window       # the sliding layers' own pool (window_blocks.py), None = they use this one
         self.num_usable_blocks = num_blocks if usable_blocks is None else min(usable_blocks, num_blocks)
-        self._blocks = [_Block(i) for i in range(num_blocks)]
+        self._blocks = [Block(i) for i in range(num_blocks)]
         self._free: deque[int] = deque(range(self.num_usable_blocks))  # ref 0, unhashed
-        self._evictable: OrderedDict[int, None] = OrderedDict()    # ref 0, hashed; oldest first
-        self._cached: dict[bytes, int] = {}                        # hash -> block id (in use or evictable)
+        self._index = PrefixIndex()                                # registered blocks, the evictable ones
         self._live: dict[int, Sequence] = {}                       # seq_id -> sequence holding blocks
         self._seq_hashes: dict[int, list[bytes]] = {}              # seq_id -> hashes of its leading full blocks
         self.prefix_cache_hits = 0     # tokens served from the cache
         self.prefix_cache_queries = 0  # tokens looked up
-        self.listener = None           # see the module docstring (a prompt cache beyond the pool)
+
+    @property
+    def listener(self):   # who hears blocks enter and leave the prefix cache (prefix_index.py), or None
+        return self._index.listener
+
+    @listener.setter
+    def listener(self, listener) -> None:
+        self._index.listener = listener
 
     # ---- counts -------------------------------------------------------------------------------
     @property
     def num_free_blocks(self) -> int:
         """Blocks with ref_count 0, including cached blocks that may be evicted."""
-        return len(self._free) + len(self._evictable)
+        return len(self._free) + len(self._index.evictable)
 
     @property
     def num_used_blocks(self) -> int:
@@ -99,7 +84,7 @@ class BlockAllocator:
     @property
     def num_cached_blocks(self) -> int:
         """Blocks registered in the prefix cache (in use or evictable)."""
-        return len(self._cached)
+        return len(self._index.by_hash)
 
     @property
     def num_live_seqs(self) -> int:
@@ -107,7 +92,7 @@ class BlockAllocator:
 
     def cached_block_hashes(self) -> list[bytes]:
         """The hashes of every block in the prefix cache (a copy; safe to call from another thread)."""
-        return list(self._cached.copy())
+        return list(self._index.by_hash.copy())
 
     def ref_count(self, block_id: int) -> int:
         return self._blocks[block_id].ref_count
@@ -136,18 +121,7 @@ class BlockAllocator:
         """
         if not self.enable_prefix_caching or seq.needs_prompt_logits:   # it needs every position's logits
             return [], []
-        hashes: list[bytes] = []
-        hits: list[int] = []
-        prev = b""
-        bs = self.block_size
-        for i in range((seq.num_tokens - 1) // bs):
-            prev = chain_hash(prev, seq.token_ids[i * bs:(i + 1) * bs])
-            block_id = self._cached.get(prev)
-            if block_id is None:
-                break
-            hashes.append(prev)
-            hits.append(block_id)
-        return hashes, hits
+        return self._index.match(seq.token_ids, (seq.num_tokens - 1) // self.block_size, self.block_size)
 
     def lookup_prefix(self, seq: Sequence) -> int:
         """Tokens allocate_prompt would serve from the cache right now (no side effects)."""
@@ -173,12 +147,7 @@ class BlockAllocator:
         if self._free:
             block = self._blocks[self._free.popleft()]
         else:
-            block_id, _ = self._evictable.popitem(last=False)
-            block = self._blocks[block_id]
-            if self.listener is not None:
-                self.listener.evicted(block_id, block.block_hash)
-            del self._cached[block.block_hash]
-            block.block_hash = None
+            block = self._index.evict_oldest(self._blocks)
         assert block.ref_count == 0, f"block {block.block_id} handed out while in use"
         block.ref_count = 1
         return block.block_id
@@ -198,7 +167,7 @@ class BlockAllocator:
         for block_id in hits:  # take hits first so that _take() cannot evict them
             block = self._blocks[block_id]
             if block.ref_count == 0:
-                del self._evictable[block_id]
+                del self._index.evictable[block_id]
             block.ref_count += 1
         num_new = blocks_for(seq.num_tokens, self.block_size) - len(hits)
         seq.block_table = hits + [self._take() for _ in range(num_new)]
@@ -256,15 +225,10 @@ class BlockAllocator:
         bs = self.block_size
         hashes = self._seq_hashes[seq.seq_id]
         num_full = min(seq.num_computed_tokens, seq.num_tokens, len(seq.block_table) * bs) // bs
-        for i in range(len(hashes), num_full):
-            h = chain_hash(hashes[-1] if hashes else b"", seq.token_ids[i * bs:(i + 1) * bs])
+        first = len(hashes)
+        for i, h in enumerate(iter_chain(seq.token_ids, hashes[-1] if hashes else b"", first, num_full, bs), first):
             hashes.append(h)
-            block = self._blocks[seq.block_table[i]]
-            if block.block_hash is None and h not in self._cached:
-                block.block_hash = h
-                self._cached[h] = block.block_id
-                if self.listener is not None:
-                    self.listener.registered(block.block_id, h)
+            self._index.register(self._blocks[seq.block_table[i]], h)
 
     def prefix_chains_after_hits(self, seq: Sequence) -> list[bytes]:
         """Chain hashes of seq's full blocks after those it holds computed (its prefix hits, right after
@@ -276,11 +240,8 @@ class BlockAllocator:
         first = seq.num_computed_tokens // bs
         if first != len(hashes):
             return []
-        chains, prev = [], hashes[-1] if hashes else b""
-        for i in range(first, min((seq.num_tokens - 1) // bs, len(seq.block_table))):
-            prev = chain_hash(prev, seq.token_ids[i * bs:(i + 1) * bs])
-            chains.append(prev)
-        return chains
+        end = min((seq.num_tokens - 1) // bs, len(seq.block_table))
+        return list(iter_chain(seq.token_ids, hashes[-1] if hashes else b"", first, end, bs))
 
     def add_restored(self, seq: Sequence, num_blocks: int) -> None:
         """The listener wrote the next num_blocks blocks of seq's table with their exact KV: they count as
@@ -310,19 +271,14 @@ class BlockAllocator:
             block.ref_count -= 1
             if block.ref_count == 0:
                 if block.block_hash is not None:
-                    self._evictable[block_id] = None
+                    self._index.evictable[block_id] = None
                 else:
                     self._free.append(block_id)
         seq.block_table = []
 
     def reset_prefix_cache(self) -> None:
         """Forget every cached block that no sequence uses (they become plain free blocks)."""
-        for block_id in self._evictable:
-            block = self._blocks[block_id]
-            del self._cached[block.block_hash]
-            block.block_hash = None
-            self._free.append(block_id)
-        self._evictable.clear()
+        self._free.extend(self._index.clear_evictable(self._blocks))
 
     # ---- metrics ------------------------------------------------------------------------------
     def fragmentation_rate(self) -> float:

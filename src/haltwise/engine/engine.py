@@ -1,17 +1,17 @@
 """The engine: add_request / abort / step over plain data. A step is schedule -> run -> postprocess."""
 from __future__ import annotations
 
-import itertools
 import logging
 import threading
 import time
-from dataclasses import dataclass
 
 import torch
 
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.engine_stats import EngineStats, describe_engine, engine_stats
 from haltwise.engine.faults import maybe_wrap
+from haltwise.engine.grammar_masks import GrammarMasks
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches
 from haltwise.engine.model_runner import BatchRow, ModelRunner
 from haltwise.engine.page_commit import PageCommit
@@ -21,42 +21,23 @@ from haltwise.engine.request_state import RequestState, SeqOutputState
 from haltwise.engine.sampler import Sampler
 from haltwise.engine.admission import AdmissionError
 from haltwise.engine.scheduler import Scheduler
+from haltwise.engine.seq_builder import SeqBuilder
 from haltwise.engine.sequence import Sequence
-from haltwise.engine.prompt_logprobs import PromptScores, score_prompts
+from haltwise.engine.prompt_logprobs import score_prompts
 from haltwise.engine.speculation import Speculator, speculation_unsupported
 from haltwise.engine.step_cost import StepCost
 from haltwise.engine.window_blocks import WindowBlocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
-from haltwise.outputs import CompletionOutput, RequestOutput
+from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
-from haltwise.stopping.reasoning import ReasoningSection, ReasoningTags
-from haltwise.stopping.sequence_stopper import SequenceStopper
+from haltwise.stopping.reasoning import ReasoningTags
 from haltwise.stopping.termination import Reason, Termination
-from haltwise.structured.bitmask import GrammarMask, bitmask_width
+from haltwise.structured.bitmask import GrammarMask
 from haltwise.structured.llguidance_backend import LLGuidanceBackend
 from haltwise.structured.spec import StructureError
-from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 log = logging.getLogger("haltwise.engine")
-
-
-@dataclass
-class EngineStats:
-    num_running: int
-    num_waiting: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    kv_fragmentation: float
-    preemptions_total: int
-    prefix_cache_hit_tokens: int
-    breaker_state: int = 0   # 0 closed, 1 half-open, 2 open (set by the async wrapper)
-    spec_draft_tokens: int = 0      # speculative drafts verified since start (engine/speculation.py)
-    spec_accepted_tokens: int = 0   # of which accepted
-    spec_model_draft_tokens: int = 0      # of the drafts verified, those the draft model proposed (--draft-model)
-    spec_model_accepted_tokens: int = 0   # of which accepted
-    kv_blocks_committed: int | None = None   # blocks whose pages are committed so far (None: all)
-    prompt_cache: dict[str, float] | None = None   # the tiers beyond the pool (PromptCache.metrics), None: off
 
 
 class LLMEngine:
@@ -78,6 +59,8 @@ class LLMEngine:
         self.eos_token_ids = tokenizer.eos_token_ids(tuple(generation_eos_ids) + tuple(model_config.eos_token_ids))
         self.special_token_texts = tokenizer.special_token_texts()
         self.reasoning_tags = ReasoningTags.of(tokenizer)   # None: no think sections (split_reasoning is a no-op)
+        self.seq_builder = SeqBuilder(tokenizer, self.eos_token_ids, self.special_token_texts, self.reasoning_tags,
+                                      max_model_len)
         self.budget = KVBudget.of_engine(model_config, engine_config, max_model_len)
         if self.budget.num_blocks < 1:
             raise ValueError(f"kv_cache_memory {engine_config.kv_cache_memory} bytes is less than one block")
@@ -110,10 +93,8 @@ class LLMEngine:
         # Grammars: compiled (and validated) per request, one matcher per sequence, masks filled into
         # one preallocated (max_num_seqs, ceil(V/32)) int32 buffer each step.
         self.structured = LLGuidanceBackend(tokenizer, model_config.vocab_size, self.eos_token_ids)
-        self._grammar_bits = torch.zeros(engine_config.max_num_seqs, bitmask_width(model_config.vocab_size),
-                                         dtype=torch.int32)
+        self.grammar_masks = GrammarMasks(self.structured, engine_config.max_num_seqs, model_config.vocab_size)
         self.requests: dict[str, RequestState] = {}
-        self._seq_ids = itertools.count()
         self._aborts: dict[str, Termination] = {}
         self._lock = threading.Lock()         # guards _aborts; everything else is touched by the engine thread only
         self.last_step_error: Exception | None = None  # the model-runner failure of the last step, if any
@@ -152,7 +133,7 @@ class LLMEngine:
         arrival = arrival_time if arrival_time is not None else time.monotonic()
         timeout = params.timeout if params.timeout is not None else self.default_timeout
         grammar = self.compile_structure(params)
-        states = [self._new_seq_state(request_id, prompt, params, i, arrival, timeout) for i in range(params.n)]
+        states = [self.seq_builder.build(request_id, prompt, params, i, arrival, timeout) for i in range(params.n)]
         if grammar is not None:
             for state in states:
                 state.matcher = grammar.new_matcher()
@@ -185,26 +166,6 @@ class LLMEngine:
             return self.structured.compile(params.structured_outputs)
         except StructureError as e:
             raise InvalidRequest(str(e), param=e.param) from None
-
-    def _new_seq_state(self, request_id: str, prompt: list[int], params: SamplingParams, index: int,
-                       arrival: float, timeout: float | None) -> SeqOutputState:
-        seq = Sequence(next(self._seq_ids), request_id, prompt, params, max_total_tokens=self.max_model_len,
-                       arrival_time=arrival, deadline=arrival + timeout if timeout else None)
-        generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
-        stopper = SequenceStopper(params, self.eos_token_ids, self.special_token_texts, len(prompt),
-                                  self.max_model_len)   # the `turn` preset's markers: stopping/presets.py
-        state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
-                               generator, CompletionOutput(index=index),
-                               logprobs=[] if params.logprobs is not None else None)
-        if params.prompt_logprobs is not None and index == 0:   # siblings share the prompt: scored once
-            state.scores = PromptScores(prompt, params.prompt_logprobs)
-            seq.needs_prompt_logits = not state.scores.done
-        if params.split_reasoning and self.reasoning_tags is not None:
-            state.reasoning = ReasoningSection(self.reasoning_tags, prompt, params.max_reasoning_tokens,
-                                               params.repetition_detection,
-                                               frozenset() if params.ignore_eos else self.eos_token_ids)
-            state.reasoning_detokenizer = IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens)
-        return state
 
     def abort(self, request_id: str, termination: Termination | None = None) -> None:
         """Thread-safe; applied between steps (SPEC §2: a token in flight is delivered once or not at all).
@@ -290,19 +251,7 @@ class LLMEngine:
                 self._finish(state, termination)
 
     def _grammar_mask(self, sampled: list[SeqOutputState]) -> GrammarMask | None:
-        """Bitmasks for the constrained rows of this step, filled into the preallocated buffer."""
-        rows = [i for i, s in enumerate(sampled) if s.grammar_applies]
-        if not rows:
-            return None
-        if len(rows) > self._grammar_bits.shape[0]:
-            self._grammar_bits = torch.zeros(len(rows), self._grammar_bits.shape[1], dtype=torch.int32)
-        bits = self._grammar_bits[:len(rows)]
-        self.structured.fill_bitmask([sampled[i].matcher for i in rows], bits)
-        for k, i in enumerate(rows):   # a section may still open before the answer: its open tag is legal
-            section = sampled[i].reasoning
-            if section is not None and not section.in_answer:
-                _allow(bits[k], section.tags.open_id)
-        return GrammarMask(rows, bits)
+        return self.grammar_masks.fill(sampled)
 
     def _apply_aborts_and_deadlines(self) -> None:
         with self._lock:
@@ -337,32 +286,7 @@ class LLMEngine:
 
     # ---- introspection -----------------------------------------------------------------------------------------
     def stats(self) -> EngineStats:
-        a = self.allocator
-        return EngineStats(self.scheduler.num_running, self.scheduler.num_waiting, a.num_used_blocks, a.num_blocks,
-                           a.fragmentation_rate(), self.scheduler.num_preemptions, a.prefix_cache_hits,
-                           spec_draft_tokens=self.speculator.num_drafted,
-                           spec_accepted_tokens=self.speculator.num_accepted,
-                           spec_model_draft_tokens=self.speculator.num_model_drafted,
-                           spec_model_accepted_tokens=self.speculator.num_model_accepted,
-                           kv_blocks_committed=a.num_usable_blocks,
-                           prompt_cache=self.prompt_cache.metrics() if self.prompt_cache is not None else None)
+        return engine_stats(self)
 
     def describe(self) -> str:
-        full = self.config.max_num_seqs * self.budget.blocks_for(self.max_model_len) * self.budget.block_size
-        text = (f"{self.budget.describe()}, KV dtype {self.config.kv_dtype} (max_num_seqs x max_model_len = "
-                f"{full} tokens would need {(full * self.budget.bytes_per_token + self.budget.window_bytes) / 2**20:.0f} "
-                "MiB); "
-                f"max_model_len {self.max_model_len}; dtype {self.config.dtype}; "
-                f"max_num_seqs {self.config.max_num_seqs}; max_num_batched_tokens {self.config.max_num_batched_tokens}")
-        if self.speculator.draft is not None:
-            text += f"\n{self.speculator.draft.describe()}; drafts up to {self.config.draft_max_tokens} tokens"
-        elif self.draft is not None:
-            text += "\ndraft model loaded but unused: speculation cannot run on this engine"
-        plan = getattr(self, "kernel_plan", None)   # set by engine.factory under dtype auto
-        return f"{text}\n{plan.describe()}" if plan is not None else text
-
-
-def _allow(bits_row: torch.Tensor, token_id: int) -> None:
-    """Set token_id's bit in one (W,) int32 bitmask row (bit t % 32 of word t // 32)."""
-    word = int(bits_row[token_id // 32]) | (1 << (token_id % 32))
-    bits_row[token_id // 32] = word - (1 << 32) if word >= 1 << 31 else word
+        return describe_engine(self)

@@ -6,9 +6,7 @@ Each step spends a token budget (max_num_batched_tokens) over at most max_num_se
     2. running prefills  (chunks of min(remaining, budget), sized to a target step time: step_cost.py)
     3. waiting sequences (round-robin across requests, engine/fairness.py; start while blocks and the
        watermark allow; first chunk this step)
-    4. speculative drafts for the decodes of step 1 (engine/speculation.py), from the budget and free
-       blocks left: drafts never preempt, delay or displace any sequence; short of either, none this step;
-       none either in a step with more than speculative_max_batch decodes
+    4. speculative drafts for the decodes of step 1, from the budget and free blocks left (draft_slots.py)
 
 A step that needs a block when none is free preempts the most recently admitted running sequence:
 its blocks are freed, num_computed_tokens drops to 0 and it goes to the FRONT of the waiting queue
@@ -27,64 +25,20 @@ from __future__ import annotations
 import time
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from haltwise.config import EngineConfig
 from haltwise.engine.admission import AdmissionError, AdmissionPolicy
 from haltwise.engine.block_allocator import BlockAllocator
+from haltwise.engine.draft_slots import add_drafts
 from haltwise.engine.fairness import FairStarts
 from haltwise.engine.priority import PriorityRank
 from haltwise.engine.prompt_logprobs import PROMPT_LOGITS_CHUNK
+from haltwise.engine.scheduler_output import ScheduledSeq, SchedulerOutput
 from haltwise.engine.sequence import Sequence, SequenceStatus
-from haltwise.engine.step_cost import SOLO_FACTOR, StepBudget, StepCost, prefill_pairs
+from haltwise.engine.step_cost import SOLO_FACTOR, StepBudget, StepCost
 from haltwise.stopping.termination import Termination
 
-__all__ = ["AdmissionError", "ScheduledSeq", "SchedulerOutput", "Scheduler"]
-
-
-@dataclass(slots=True)
-class ScheduledSeq:
-    """seq.token_ids[start : start + num_new_tokens] are computed this step (positions start..)."""
-
-    seq: Sequence
-    num_new_tokens: int
-    start: int = field(init=False)     # seq.num_computed_tokens when scheduled
-    samples: bool = field(init=False)  # this chunk reaches the end of the sequence -> sample a token
-    # Speculative drafts verified after the chunk (positions start + num_new_tokens ..); not counted in
-    # num_new_tokens: only accepted ones become computed (Scheduler.after_drafts).
-    draft_token_ids: list[int] = field(default_factory=list)
-
-    def __post_init__(self) -> None:
-        self.start = self.seq.num_computed_tokens
-        self.samples = self.start + self.num_new_tokens == self.seq.num_tokens
-
-    @property
-    def is_decode(self) -> bool:
-        return self.num_new_tokens == 1 and self.samples
-
-
-@dataclass(slots=True)
-class SchedulerOutput:
-    scheduled: list[ScheduledSeq]
-    preempted: list[Sequence]
-    num_batched_tokens: int
-
-    @property
-    def num_decode_tokens(self) -> int:
-        return sum(1 for s in self.scheduled if s.is_decode)
-
-    @property
-    def num_attention_pairs(self) -> int:
-        """(query, key) position pairs the step's attention computes (step_cost.py)."""
-        return sum(prefill_pairs(s.start, s.num_new_tokens + len(s.draft_token_ids)) for s in self.scheduled)
-
-    @property
-    def num_prefill_tokens(self) -> int:
-        return self.num_batched_tokens - self.num_decode_tokens
-
-    @property
-    def is_empty(self) -> bool:
-        return not self.scheduled
+__all__ = ["AdmissionError", "Scheduler"]
 
 
 class Scheduler:
@@ -230,34 +184,11 @@ class Scheduler:
         if self._waiting and budget > 0:
             budget = self._start_waiting(scheduled, preempted, budget, rank, timer)
 
-        # 4. Drafts, last: from what the others left (module docstring).
+        # 4. Drafts, last: from what the others left (draft_slots.py).
         if propose is not None:
-            self._add_drafts(scheduled, budget, propose)
+            add_drafts(scheduled, budget, propose, self.allocator, self.config.speculative_max_batch)
         return SchedulerOutput(scheduled, preempted,
                                sum(s.num_new_tokens + len(s.draft_token_ids) for s in scheduled))
-
-    def _add_drafts(self, scheduled: list[ScheduledSeq], budget: int,
-                    propose: Callable[[Sequence, int], list[int]]) -> None:
-        """A run of 1 + k tokens appends at most k + 1 tokens: k stays below what max_tokens and the
-        context window still allow, so a run never overruns either."""
-        limit = self.config.speculative_max_batch
-        if limit is not None and sum(s.is_decode for s in scheduled) > limit:
-            return
-        for s in scheduled:
-            if budget <= 0:
-                return
-            if not s.is_decode:
-                continue
-            seq = s.seq
-            left = seq.max_total_tokens - seq.num_tokens
-            if seq.params.max_tokens is not None:
-                left = min(left, seq.params.max_tokens - seq.num_output_tokens)
-            room = (len(seq.block_table) + self.allocator.num_free_blocks) * self.allocator.block_size
-            k_max = min(budget, left - 1, room - seq.num_tokens)   # free blocks only: nobody is preempted
-            drafts = propose(seq, k_max)[:k_max] if k_max > 0 else []
-            if drafts and self.allocator.ensure_slots(seq, seq.num_tokens + len(drafts)):
-                s.draft_token_ids = drafts
-                budget -= len(drafts)
 
     def after_drafts(self, seq: Sequence, num_accepted: int) -> None:
         """After a verified run appended its tokens: the accepted drafts' KV is computed, the rejected

@@ -14,11 +14,8 @@ Order of checks (SPEC §2), all in the same call as the token that triggers them
   2. limits: max_tokens, then the context window;
   3. the repetition detector.
 A content stop on the token that also reaches a limit wins: the text is complete.
-Under a grammar the exact loop detector cuts where the repetition began (after the pattern's first
-copy): tokens that repeat an earlier one at some period (loops.RepetitionDetector.longest_run) are held
-back until they cannot be a loop's repeats, so the cut never retracts streamed text; the engine then
-closes the structure there (structured/closing.py). Tool calls add a watcher for repeated calls
-(toolcalls/loop_watch.py, reason tool_loop), run like a stop string.
+Under a grammar the exact loop detector cuts where the repetition began (loop_stops.py). Which stops
+are special tokens and which text watchers run (presets, the tool-call loop watch): stop_set.py.
 Under a grammar (`structure_complete` passed to on_token): the token that completes the structure
 ends the sequence with reason grammar, even below min_tokens; a stop string in the same token's
 text still wins (it cuts earlier); an end token that closes the structure counts as the grammar's
@@ -42,9 +39,9 @@ from typing import Mapping, Sequence
 
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping import criteria
-from haltwise.stopping.loops import RepetitionDetector
-from haltwise.stopping.near_loops import NearLoopDetector
-from haltwise.stopping.presets import DEFAULT_TURN_MARKERS, make_preset
+from haltwise.stopping.loop_stops import LoopStops
+from haltwise.stopping.presets import DEFAULT_TURN_MARKERS
+from haltwise.stopping.stop_set import preset_watchers, special_token_stops
 from haltwise.stopping.stop_strings import Match, StopStringMatcher, TextStop
 from haltwise.stopping.termination import Reason, Termination
 
@@ -61,31 +58,12 @@ class SequenceStopper:
         self._num_prompt = num_prompt_tokens
         self._max_total = max_total_tokens
         markers = tuple(turn_markers) or DEFAULT_TURN_MARKERS
-        # Special tokens are removed from the text, so stops equal to their text are token stops:
-        # token id -> (stop_reason, preset name or None). Stop strings also stay in the matcher,
-        # so the same characters spelled by ordinary tokens stop too.
-        self._special: dict[int, tuple[str, str | None]] = {}
-        if "turn" in params.stop_presets:
-            for m in markers:
-                if m in special_token_texts:
-                    self._special.setdefault(special_token_texts[m], ("turn", "turn"))
-        for s in params.stop:
-            if s in special_token_texts:
-                self._special[special_token_texts[s]] = (s, None)
+        self._special = special_token_stops(params, special_token_texts, markers)   # token id -> stop
         self._matcher = StopStringMatcher(params.stop, params.stop_boundary) if params.stop else None
         self._watchers: list[TextStop] = [self._matcher] if self._matcher is not None else []
-        presets = [p for p in dict.fromkeys(params.stop_presets)
-                   if p != "auto" and not (p == "json" and params.structured_outputs is not None)]
-        self._watchers += [make_preset(name, markers) for name in presets]
+        self._watchers += preset_watchers(params, markers)
         rd = params.repetition_detection
-        if rd.enabled and rd.tool_loops and params.tool_calls is not None:
-            self._watchers.append(params.tool_calls.loop_watch())
-        self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens) if rd.enabled else None
-        self._near = (NearLoopDetector(rd.near_loop_ngram, rd.near_loop_window, rd.near_loop_max_novelty)
-                      if rd.enabled and rd.near_loops else None)
-        # under a grammar a loop is cut where it began: possible repeats are held back (module docstring)
-        self._hold_loops = self._loops is not None and params.structured_outputs is not None
-        self._answer_ends: list[int] = []   # characters fed after each answer token (when _hold_loops)
+        self._loops = LoopStops(rd, params.structured_outputs is not None) if rd.enabled else None
 
         self._num_tokens = 0            # output tokens seen by on_token
         self._fed = 0                   # characters of output text taken in
@@ -112,8 +90,7 @@ class SequenceStopper:
         n = self._num_tokens
         if not answer:
             return self._reasoning_token(token_id, index, n)
-        period = self._loops.append(token_id) if self._loops is not None else None
-        near = self._near.append(token_id) if self._near is not None else False
+        period, near = self._loops.append(token_id) if self._loops is not None else (None, False)
         active = criteria.content_checks_active(n, self._params.min_tokens)
         matches: list[Match] = []
         if structure_complete is not None and token_id in self._eos:
@@ -126,8 +103,8 @@ class SequenceStopper:
                     term = self._text_stop(matches, index)
             if term is None and structure_complete is not None:
                 term = self._grammar_stop(structure_complete, index, f"token {index}")
-        if self._hold_loops:
-            self._answer_ends.append(self._fed)
+        if self._loops is not None:
+            self._loops.answer_token_fed(self._fed)
         if term is None:
             term = self._limit_or_loop(n, period, near)
         if term is not None:
@@ -217,38 +194,19 @@ class SequenceStopper:
             return Termination(Reason.CONTEXT_LIMIT, f"context window {self._max_total} reached "
                                f"({self._num_prompt} prompt + {n} output tokens)", token_index=n - 1,
                                char_offset=self._fed)
-        if criteria.check_repetition(period):
-            assert period is not None and self._loops is not None
-            if self._hold_loops:
-                return self._loop_cut(n, period)
-            return Termination(Reason.REPETITION, f"period {period} repeated {self._loops.repeats(period)} times",
-                               token_index=n - 1, char_offset=self._fed)
-        if near:
-            assert self._near is not None
-            tail = "".join(self._released_parts + self._unreleased)[-48:]
-            return Termination(Reason.REPETITION, f"near-loop detector: only {self._near.novelty:.0%} of the last "
-                               f"{self._near.window} {self._near.ngram}-grams are new; the text ends {json.dumps(tail)}",
-                               token_index=n - 1, char_offset=self._fed)
-        return None
-
-    def _loop_cut(self, n: int, period: int) -> Termination:
-        """A loop under a grammar: cut after the pattern's first copy (the held-back repeats are dropped)."""
-        assert self._loops is not None
-        repeats, run = self._loops.repeats(period), self._loops.run(period)
-        kept_answer = len(self._answer_ends) - run
-        cut = self._answer_ends[kept_answer - 1] if kept_answer > 0 else 0
-        self._cut, self._kept = cut, n - run
-        return Termination(Reason.REPETITION, f"period {period} repeated {repeats} times; cut where it began "
-                           f"(token {n - run}, char {cut})", token_index=n - run - 1, char_offset=cut)
+        if self._loops is None:
+            return None
+        term = self._loops.termination(n, period, near, self._fed,
+                                       lambda: "".join(self._released_parts + self._unreleased))
+        if term is not None and period is not None and self._loops.cuts_where_it_began:   # cut where it began
+            self._cut, self._kept = term.char_offset, term.token_index + 1
+        return term
 
     # ---- text out --------------------------------------------------------------------------
     def _pending(self) -> int:
         held = max((w.pending() for w in self._watchers), default=0)
-        if self._hold_loops and self._loops is not None:
-            run = self._loops.longest_run()
-            if run:
-                ends = self._answer_ends
-                held = max(held, self._fed - (ends[-run - 1] if run < len(ends) else 0))
+        if self._loops is not None:
+            held = max(held, self._loops.held(self._fed))
         return held
 
     def release(self) -> str:

@@ -14,7 +14,7 @@ A block's bytes are all layers' K and V rows exactly as the pool stores them (in
 scales, or float32/bfloat16 rows: block_bytes.py): nothing is re-quantized, so a restored block is the block
 a fresh prefill writes, and the batch-invariant default path gives the same tokens (SPEC §11).
 
-Keys: (namespace, chain hash). The chain hash is the prefix cache's own (block_allocator.chain_hash: equal
+Keys: (namespace, chain hash). The chain hash is the prefix cache's own (prefix_chain.chain_hash: equal
 hashes mean equal whole prefixes); the namespace (identity.py) digests everything that changes the bits of a
 block: the model file, KV dtype, block size, kernel plan, RoPE settings, the layer shape and FORMAT_VERSION.
 A different namespace is a miss, never a wrong hit.

@@ -4,7 +4,7 @@
          0     4  magic b"HWPC"
          4     4  FORMAT_VERSION (uint32, little endian)
          8    32  namespace (identity.py)
-        40    16  chain hash (block_allocator.chain_hash)
+        40    16  chain hash (prefix_chain.chain_hash)
         56     8  payload length (uint64)
         64    32  blake2b-256 over bytes 0..63 and the payload
         96     n  payload (block_bytes.py)
