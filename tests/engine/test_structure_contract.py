@@ -1,4 +1,5 @@
 """The structure contract (SPEC §11): a choice that ends "stop" parses and validates; a cut structure never does.
+A loop inside a JSON value is closed by the server (forced_close): "length", and the JSON still validates.
 
 Random schemas x random logits (tiny random model, temperature > 0) x random cuts by every layer that can
 end a sequence: the loop detectors (set to fire early), max_tokens, a deadline, stop strings.
@@ -37,6 +38,10 @@ def _check(o, schema) -> None:
     if o.finish_reason == "stop":
         jsonschema.validate(json.loads(o.text), schema)
         assert not t.structure_incomplete
+    elif t.forced_close:                     # a loop closed by the grammar's shortest completion
+        assert o.finish_reason == "length" and t.reason is Reason.REPETITION, t
+        jsonschema.validate(json.loads(o.text), schema)
+        assert not t.structure_incomplete
     else:
         assert o.finish_reason == "length", t
         assert t.structure_incomplete and "is incomplete" in t.detail
@@ -52,7 +57,6 @@ def test_no_cut_structure_ends_stop(llm, schema, seed, cut) -> None:
 
 
 @pytest.mark.parametrize("cut, reason", [
-    ({"repetition_detection": EAGER_LOOPS}, Reason.REPETITION),
     ({"max_tokens": 3}, Reason.MAX_TOKENS),
     ({"timeout": 1e-9}, Reason.TIMEOUT),
     ({"stop": ('"',)}, Reason.STOP_STRING),
@@ -65,6 +69,21 @@ def test_each_cutting_layer_is_named_and_length(llm, cut, reason) -> None:
     t = out.termination
     assert t.reason is reason and out.finish_reason == "length", t
     assert t.structure_incomplete and "json_schema is incomplete" in t.detail
+
+
+def test_a_loop_in_a_json_string_is_closed_valid_and_length(llm) -> None:
+    """The loop detector inside a structure closes it (structured/closing.py): the JSON validates, the answer
+    says it was cut (length), and the record names the rule layer and the JSON path it closed."""
+    schema = {"type": "object", "properties": {"s": {"type": "string", "minLength": 40}}, "required": ["s"]}
+    params = SamplingParams(structured_outputs=StructuredOutputs(json=schema), max_tokens=200, temperature=0.0,
+                            repetition_detection=EAGER_LOOPS)
+    o = llm.generate("x", params)[0].outputs[0]
+    t = o.termination
+    if t.reason is not Reason.REPETITION:
+        pytest.skip(f"the tiny model did not loop here ({t.reason.value})")
+    assert t.forced_close and not t.structure_incomplete and o.finish_reason == "length", t
+    jsonschema.validate(json.loads(o.text), schema)
+    assert "$.s" in t.detail, t.detail
 
 
 def test_without_a_grammar_a_loop_still_ends_stop(llm) -> None:
