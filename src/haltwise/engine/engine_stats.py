@@ -2,10 +2,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from haltwise.engine.engine import LLMEngine
+from typing import Any
 
 
 @dataclass
@@ -26,7 +23,7 @@ class EngineStats:
     prompt_cache: dict[str, float] | None = None   # the tiers beyond the pool (PromptCache.metrics), None: off
 
 
-def engine_stats(engine: LLMEngine) -> EngineStats:
+def engine_stats(engine: Any) -> EngineStats:          # engine: an LLMEngine (engine.py)
     """The engine's counters now (engine thread, or between steps)."""
     a, scheduler, speculator = engine.allocator, engine.scheduler, engine.speculator
     return EngineStats(scheduler.num_running, scheduler.num_waiting, a.num_used_blocks, a.num_blocks,
@@ -39,7 +36,7 @@ def engine_stats(engine: LLMEngine) -> EngineStats:
                        prompt_cache=engine.prompt_cache.metrics() if engine.prompt_cache is not None else None)
 
 
-def describe_engine(engine: LLMEngine) -> str:
+def describe_engine(engine: Any) -> str:                # engine: an LLMEngine
     """The engine's sizes and settings, in one paragraph for the start-up log."""
     config, budget = engine.config, engine.budget
     full = config.max_num_seqs * budget.blocks_for(engine.max_model_len) * budget.block_size

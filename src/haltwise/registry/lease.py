@@ -4,13 +4,10 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 from haltwise.errors import HaltwiseError
 from haltwise.registry.entry import ModelEntry
-
-if TYPE_CHECKING:
-    from haltwise.registry.registry import ModelRegistry
 
 
 class InsufficientMemory(HaltwiseError):
@@ -25,7 +22,7 @@ class InsufficientMemory(HaltwiseError):
 class Lease:
     """One request's hold on a loaded model: the model is not unloaded before release()."""
 
-    registry: "ModelRegistry"
+    registry: Any                     # the ModelRegistry that leased it (registry.py)
     entry: ModelEntry
     waited_s: float = 0.0           # time this request waited for the load (part of its time to first token)
     released: bool = False

@@ -23,10 +23,10 @@ from haltwise.memory_size import parse_memory
 from haltwise.server import connections, limits, prompt_cache_args, secrets, serve_models, tracing
 from haltwise.server.app import DEFAULT_MAX_BODY_BYTES, build_app
 from haltwise.server.edge_security import default_allowed_hosts
+from haltwise.server.served_name import DEFAULT_MODEL_NAME, default_served_name
 from haltwise.tools.model_args import add_model_arguments, engine_config_from
 from haltwise.toolcalls.formats.registry import ALIASES, FORMATS
 
-DEFAULT_MODEL_NAME = "SmolLM2-135M-Instruct"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -67,26 +67,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                 "(default: chosen from the model's chat template)")
     tracing.add_arguments(parser)
     a("--replica-cpus", type=float, default=1.0, help="CPUs (and torch threads, at least 1) per replica")
-
-
-def default_served_name(model: str | None, tiny: bool = False) -> str:
-    """What clients send as `model` unless --served-model-name says: a named model keeps its name, a
-    file its stem; the default model (named, by path, or --tiny) is DEFAULT_MODEL_NAME."""
-    from pathlib import Path
-
-    from haltwise.models.catalog import CATALOG, DEFAULT_MODEL, resolve_model
-
-    if tiny or model is None or model == DEFAULT_MODEL:
-        return DEFAULT_MODEL_NAME
-    if model in CATALOG:
-        return model
-    path = Path(model)
-    try:
-        if path.resolve() == Path(resolve_model(None)).resolve():
-            return DEFAULT_MODEL_NAME
-    except Exception:   # the default model's package is absent: this file is not it
-        pass
-    return path.name.removesuffix(".gguf") if path.suffix == ".gguf" else path.name
 
 
 def run(args: argparse.Namespace) -> int:

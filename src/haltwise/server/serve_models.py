@@ -35,7 +35,7 @@ def several_models(args: argparse.Namespace) -> bool:
 def sources(args: argparse.Namespace) -> tuple[list[tuple[str, Path]], list[str]]:
     """([(name, path)] in order, the names given with --model): each --model first, then DIR's files."""
     from haltwise.models.catalog import resolve_model
-    from haltwise.server.serve import default_served_name
+    from haltwise.server.served_name import default_served_name
 
     named = [(default_served_name(m), Path(resolve_model(m))) for m in args.model or []]
     found = []
