@@ -17,7 +17,7 @@ from tests.server.http_helpers import wait_until
 from tests.server.serve_process import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(3000)]
-LONGTEXT = Path("/work/shared/data/longtext")
+LONGTEXT = Path(__file__).resolve().parents[3] / "shared" / "data" / "longtext"   # ../shared beside the repo
 DISK_BUDGET = 56 * 2**20          # one ~3k-token prompt (~37 MiB of int8 blocks), not two: evictions happen
 COMMON = ["--max-model-len", "4096", "--threads", "2", "--shutdown-grace", "1", "--watchdog", "600"]   # a busy host
 
