@@ -24,10 +24,10 @@ from pathlib import Path
 
 import httpx
 
+from haltwise_bench.common import longtext_files
 from haltwise_bench import llama_cpp
 from haltwise_bench.servers import ServerProcess, free_port, haltwise_server_cmd
 
-LONGTEXT = Path("/work/shared/data/longtext")
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -43,7 +43,7 @@ def _tokens(model: str | None, text_file: str | None, lengths: list[int]) -> tup
     from haltwise.models.catalog import resolve_model
     from haltwise.tokenizer.tokenizer import Tokenizer
 
-    files = [Path(text_file)] if text_file else sorted(LONGTEXT.glob("*.txt"))
+    files = [Path(text_file)] if text_file else longtext_files()
     tokenizer = Tokenizer.from_gguf(resolve_model(model))
     ids = []
     for f in files:
