@@ -79,16 +79,16 @@ def test_tiny_float32_restores_exactly(tmp_path):
     check_restores(build, tmp_path, len(target), others, target)
 
 
-def _real(name: str, *flags: str):
+def _real(name: str, *flags: str, max_len: int = 512):
     model = None if name == "smollm2-135m" else str(real_model_path(name))
     config = read_model_config(model)[1]
     kv_dtype = default_config(*flags).kv_dtype
     pool = 3 * PROMPT_BLOCKS * 16 * config.kv_bytes_per_token(kv_dtype)
     if config.num_sliding_layers and "--swa-full" not in flags:      # the sliding layers' own pool comes first
-        pool += window_pool_blocks(config, default_config(*flags), 512) * 16 * config.kv_bytes_per_token(
+        pool += window_pool_blocks(config, default_config(*flags), max_len) * 16 * config.kv_bytes_per_token(
             kv_dtype, config.num_sliding_layers)
     vocab = config.vocab_size
-    cfg = default_config("--kv-cache-memory", str(pool), "--max-model-len", "512", *flags)
+    cfg = default_config("--kv-cache-memory", str(pool), "--max-model-len", str(max_len), *flags)
     return (lambda tiers: build_engine(model, cfg, prompt_tiers=tiers)), vocab
 
 
@@ -105,7 +105,8 @@ def test_real_default_path_restores_exactly(tmp_path, name, flags):
 @pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_gemma3_window_pool_keeps_the_cache_off_and_answers_unchanged(tmp_path):
-    build, vocab = _real("gemma3-270m")
+    # longer than the 512-token window, one sequence at a time: the sliding layers' own pool pays (KVBudget)
+    build, vocab = _real("gemma3-270m", "--max-num-seqs", "1", max_len=2048)
     target, *others = prompts(min(vocab, 30000), 3, PROMPT_BLOCKS * 16 + 5)
     engine = build(PromptTiers(RamTier(1 << 30), DiskTier(tmp_path / "pc", 1 << 30)))
     assert engine.prompt_cache is None and engine.budget.window_blocks > 0
