@@ -41,3 +41,12 @@ def test_namespaces_never_see_each_other():
     tier.save((b"a" * 32, b"c" * 16), b"xyz")
     assert tier.load((b"b" * 32, b"c" * 16)) is None
     assert tier.load((b"a" * 32, b"c" * 16)) == b"xyz"
+
+
+def test_tiers_with_an_empty_ram_tier_are_enabled():
+    """A tier has __len__ (its entries): an empty one must still turn the prompt cache on (the server's default,
+    a RAM tier and no directory, starts empty)."""
+    from haltwise.engine.prompt_cache.prompt_cache import PromptTiers
+
+    assert PromptTiers(ram=RamTier(1 << 20)).enabled
+    assert not PromptTiers(ram=RamTier(0)).enabled and not PromptTiers().enabled

@@ -28,7 +28,8 @@ class PromptTiers:
 
     @property
     def enabled(self) -> bool:
-        return bool(self.ram and self.ram.budget_bytes) or self.disk is not None
+        # `is not None`, never truth: a tier defines __len__, and an empty one (every tier at start) is falsy
+        return (self.ram is not None and self.ram.budget_bytes > 0) or self.disk is not None
 
     @property
     def budget_bytes(self) -> int:
