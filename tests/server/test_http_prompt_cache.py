@@ -161,15 +161,16 @@ def test_disk_tier_restart_kill9_and_bad_entries(prompts, reference, tmp_path):
     corrupt.write_bytes(bytes(data))
     truncated.write_bytes(truncated.read_bytes()[:-100])
     foreign.write_bytes(donor.read_bytes())
+    bad = {p: p.read_bytes() for p in (corrupt, truncated, foreign)}
     server = Server(*disk)
     try:
         for seed in (None, 3):
             assert answer(server.complete(prompts["R"], seed)) == reference["R", seed]
-        # none was loaded (the answers above are unchanged); each one the server read was removed and counted
-        # (which of them a restore reaches depends on the chain order: tests/engine/prompt_cache/test_disk_tier.py
-        # checks each kind of bad entry directly); the foreign file is a whole valid entry under another's name
-        removed = [p for p in (corrupt, truncated, foreign) if not p.exists()]
-        assert server.metric("haltwise_prompt_cache_corrupt_skipped_total") == len(removed)
+        # none was loaded (the answers above are unchanged); each one the server read was removed and counted,
+        # and its block, prefilled again, may be written back good under the same name (which of them a restore
+        # reaches varies: tests/engine/prompt_cache/test_disk_tier.py checks each kind of bad entry directly)
+        replaced = [p for p, b in bad.items() if not p.exists() or p.read_bytes() != b]
+        assert server.metric("haltwise_prompt_cache_corrupt_skipped_total") == len(replaced) > 0, replaced
         assert dir_bytes(root) <= DISK_BUDGET
     finally:
         server.stop()
