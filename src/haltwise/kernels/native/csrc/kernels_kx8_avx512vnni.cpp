@@ -1,5 +1,5 @@
 // The K-quant row-interleaved records' kernels (kx8_records.inc) for AVX512-VNNI's vpdpbusd on 256-bit
-// vectors (AVX512-VL), and on 512-bit ones from 2 activation rows (kx8_pairs_zmm.inc). Compiled for that ISA alone (the pragma below); ops.cpp calls them only where the
+// vectors (AVX512-VL), and on 512-bit ones at every row count (kx8_pairs_zmm.inc). Compiled for that ISA alone (the pragma below); ops.cpp calls them only where the
 // CPU reports avx2, fma, f16c, avx512f, avx512vl and avx512vnni.
 #if defined(__x86_64__)
 #pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
