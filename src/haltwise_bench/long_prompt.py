@@ -48,19 +48,23 @@ class DecodeStream(threading.Thread):
         self.url, self.model, self.index = url, model, index
         self.arrivals: list[float] = []
         self.stop = threading.Event()
+        self.error: str | None = None
 
     def run(self) -> None:
         body = {"model": self.model, "prompt": STREAM_PROMPT + [self.index + 100],   # max_tokens: the window
                 "temperature": 0.0, "ignore_eos": True, "stream": True}
         try:
             with httpx.stream("POST", f"{self.url}/v1/completions", json=body, timeout=None) as r:
+                if r.status_code != 200:
+                    self.error = f"decode stream: HTTP {r.status_code}: {r.read().decode()[:160]}"
+                    return
                 for line in r.iter_lines():
                     if self.stop.is_set():
                         return
                     if line.startswith("data: ") and '"choices"' in line:
                         self.arrivals.append(time.monotonic())
-        except httpx.HTTPError:
-            return
+        except httpx.HTTPError as e:
+            self.error = f"decode stream: {e}"
 
 
 def long_prompt(n: int, seed: int) -> list[int]:
@@ -73,8 +77,13 @@ def measure(url: str, model: str, length: int, streams: int, seed: int) -> dict[
     for d in decoders:
         d.start()
     deadline = time.monotonic() + 600
-    while any(len(d.arrivals) < 3 for d in decoders) and time.monotonic() < deadline:
+    while any(d.is_alive() and len(d.arrivals) < 3 for d in decoders) and time.monotonic() < deadline:
         time.sleep(0.05)
+    if failed := next((d.error for d in decoders if d.error), None):
+        for d in decoders:
+            d.stop.set()
+        return {"prompt_tokens": length, "ttft_s": None, "prefill_tok_s": None, "error": failed,
+                "decode_tokens_during": 0, "max_gap_s": None, "median_gap_s": None}
     body = {"model": model, "prompt": long_prompt(length, seed), "max_tokens": 1, "temperature": 0.0,
             "stream": True}
     sent = time.monotonic()
