@@ -11,8 +11,8 @@ def _rendered(**stats) -> str:
 
 
 def test_counters_are_read_from_the_servers_own_exposition():
-    """Named fault: reading the families' _created samples (a timestamp) or swapping drafted and accepted:
-    the values below are all distinct, so either is caught."""
+    """Named fault: drafted and accepted swapped, or the draft model's counters read as the totals: the
+    values below are all distinct, so either is caught."""
     text = _rendered(spec_draft_tokens=40, spec_accepted_tokens=30, spec_model_draft_tokens=24,
                      spec_model_accepted_tokens=20)
     assert parse(text) == SpecCounters(drafted=40, accepted=30, model_drafted=24, model_accepted=20)
