@@ -157,11 +157,9 @@ def run_record(workload: str, c: int, system: str, runs: list[dict[str, Any]], *
 
 
 def _warm_up(base_url: str) -> None:
-    """One short untimed chat request, so neither system's first timed run pays its first-request costs."""
-    body = natural_chat.chat_payload("Hello", 4)
-    body["stream"] = False
-    del body["stream_options"]
-    httpx.post(base_url + "/v1/chat/completions", json=body, timeout=600.0).raise_for_status()
+    """One short untimed request, so neither system's first timed run pays its first-request costs."""
+    body = {"prompt": "Hello", "max_tokens": 4, "temperature": 0.0}
+    httpx.post(base_url + "/v1/completions", json=body, timeout=600.0).raise_for_status()
 
 
 def _exit_on_sigterm(signum: int, frame: Any) -> None:
