@@ -89,7 +89,10 @@ def run(args: argparse.Namespace) -> int:
     from haltwise.models.catalog import resolve_model
 
     gguf = str(resolve_model(args.model))  # a named model -> its file, which llama-server loads too
-    draft_path = None if args.draft_model is None else str(resolve_model(args.draft_model))
+    if args.draft_model == "auto":
+        print("--draft-model auto: name the draft model (e.g. qwen2.5-coder-0.5b) so that both systems get it")
+        return 2
+    draft_path = None if args.draft_model in (None, "none") else str(resolve_model(args.draft_model))
     options = common.parse_engine_options(args.engine_option)
     records = []
     if not args.skip_inprocess:
@@ -111,6 +114,9 @@ def run(args: argparse.Namespace) -> int:
         print(server_table(server_records, f"{title}; peer KV {args.peer_kv}, draft model "
                                            f"{args.draft_model or 'none'}"))
     print(pinning.note)
+    if not draft_path and any((r["extra"].get("draft_model_drafted") or 0) > 0 for r in server_records):
+        print("note: haltwise's default flags drafted with a draft model (its catalog pairing) and llama-server "
+              "had none; --draft-model NAME gives both the same one")
     for r in records:
         if r["extra"].get("peak_rss_mib") is not None:
             print(f"{r['scenario']:<12} {r['system']:<10} server ready in {r['extra']['ready_s']:.1f}s, "
