@@ -29,6 +29,7 @@ from haltwise_bench.common import Progress, median, record
 from haltwise_bench.cpu_pinning import Pinning, pin_this_process
 
 WORKLOADS = ("natural", "ignore_eos")
+START_TIMEOUT_S = 900.0      # a first start may build the native kernels and measure a kernel plan
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,7 +68,8 @@ def through_servers(setup: ServerSetup, sizes: Any, workloads: tuple[str, ...], 
         port = free_port()
         extra = ("--threads", str(setup.threads)) + (("--draft-model", setup.draft) if setup.draft else ())
         ours = ServerProcess(haltwise_server_cmd(port, setup.dtype, setup.tiny, None if setup.tiny else setup.gguf,
-                                                 extra), port, "haltwise", "/ready", cpus=setup.pinning.servers)
+                                                 extra), port, "haltwise", "/ready", cpus=setup.pinning.servers,
+                             start_timeout_s=START_TIMEOUT_S)
         ours.start()
         _warm_up(ours.base_url)
         round_no = 0
@@ -76,7 +78,8 @@ def through_servers(setup: ServerSetup, sizes: Any, workloads: tuple[str, ...], 
             port = free_port()
             cmd = llama_cpp.llama_server_cmd(setup.directory, port, setup.gguf, setup.threads, c, ctx_per_slot)
             cmd += llama_cpp.peer_options(setup.peer_kv, setup.draft_path)
-            with ServerProcess(cmd, port, f"llama-server-np{c}", "/health", cpus=setup.pinning.servers) as peer:
+            with ServerProcess(cmd, port, f"llama-server-np{c}", "/health", cpus=setup.pinning.servers,
+                               start_timeout_s=START_TIMEOUT_S) as peer:
                 _warm_up(peer.base_url)
                 servers = {"haltwise": ours, "llama.cpp": peer}
                 chat = natural_chat.PROMPTS * math.ceil(c / len(natural_chat.PROMPTS))
