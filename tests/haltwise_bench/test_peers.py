@@ -59,7 +59,7 @@ def test_the_peer_gets_a_q8_0_kv_by_default_its_chat_template_and_the_draft_mode
     """Named fault: a default that leaves llama-server's f16 KV (twice the bytes a token of haltwise's int8)."""
     assert llama_cpp.peer_options() == ["--jinja", "-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
     assert llama_cpp.peer_options("f16") == ["--jinja"]
-    assert llama_cpp.peer_options(draft="/d.gguf")[-2:] == ["-md", "/d.gguf"]
+    assert llama_cpp.peer_options(draft="/d.gguf")[-4:] == ["-md", "/d.gguf", "--spec-type", "draft-simple"]
     with pytest.raises(ValueError):
         llama_cpp.peer_options("q4_0")
 
@@ -93,7 +93,8 @@ def test_rows_report_speculation_caps_and_both_ratios_separately():
 @needs_llama_cpp
 def test_the_built_llama_server_takes_the_peer_flags_and_reports_its_drafts(tmp_path):
     """The flags are spelled as this llama-server build accepts them (it exits on an unknown one), and with
-    a draft model (the model itself: every draft agrees) its chat streams carry timings.draft_n."""
+    a draft model (the model itself) it really drafts: its chat streams carry timings.draft_n > 0.
+    Named fault (met in this build): -md alone loads the draft model and never drafts (draft_n absent)."""
     import asyncio
 
     from haltwise_bench.common import default_gguf
@@ -105,9 +106,7 @@ def test_the_built_llama_server_takes_the_peer_flags_and_reports_its_drafts(tmp_
     cmd = llama_cpp.llama_server_cmd(BIN, port, gguf, 2, 1, 512) + llama_cpp.peer_options("q8_0", gguf)
     with ServerProcess(cmd, port, "llama-server", "/health") as peer:
         s = asyncio.run(run_chat_load(peer.base_url, ["Count from one to twenty."], 1, 24)).summary()
-        log = peer.log_tail(200_000)
     assert s["ok"] == 1 and s["peer_drafted"] > 0 and 0 <= s["peer_accepted"] <= s["peer_drafted"], s
-    assert "q8_0" in log
 
 
 @needs_llama_cpp
