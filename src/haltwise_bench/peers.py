@@ -117,10 +117,10 @@ def run(args: argparse.Namespace) -> int:
     if not draft_path and any((r["extra"].get("draft_model_drafted") or 0) > 0 for r in server_records):
         print("note: haltwise's default flags drafted with a draft model (its catalog pairing) and llama-server "
               "had none; --draft-model NAME gives both the same one")
-    for r in records:
-        if r["extra"].get("peak_rss_mib") is not None:
-            print(f"{r['scenario']:<12} {r['system']:<10} server ready in {r['extra']['ready_s']:.1f}s, "
-                  f"peak RSS {r['extra']['peak_rss_mib']:.0f} MiB")
+    servers = {(r["system"], r["extra"]["concurrency"]): r["extra"] for r in server_records
+               if r["extra"].get("peak_rss_mib") is not None}
+    for (system, c), x in sorted(servers.items()):
+        print(f"{system:<10} -np/clients {c:<3} server ready in {x['ready_s']:.1f}s, peak RSS {x['peak_rss_mib']:.0f} MiB")
     print(LEGEND)
     common.write_json(args.json, {"benchmark": "peers", "environment": common.environment(), "dtype": args.dtype,
                                   "repeats": repeats, "tiny": args.tiny, "threads": threads,
