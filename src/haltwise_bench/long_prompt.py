@@ -119,14 +119,15 @@ def run_system(name: str, server: ServerProcess, model: str, lengths: list[int],
 
 def run(args: argparse.Namespace) -> int:
     from haltwise.models.catalog import resolve_model
+    from haltwise.server.served_name import default_served_name
 
     lengths = [int(x) for x in args.lengths.split(",")]
     gguf = resolve_model(args.model)
     port = free_port()
     env = {"PYTHONPATH": args.server_src} if args.server_src else None
     cmd = haltwise_server_cmd(port, model=str(gguf), extra=tuple(shlex.split(args.server_args)))
-    rows = run_system("haltwise", ServerProcess(cmd, port, "haltwise", env=env, start_timeout_s=900), "haltwise",
-                      lengths, args.streams)
+    server = ServerProcess(cmd, port, "haltwise", env=env, start_timeout_s=900)
+    rows = run_system("haltwise", server, default_served_name(str(gguf)), lengths, args.streams)
     if args.peer:
         where = llama_cpp.bin_dir(args.llama_bin)
         if missing := llama_cpp.missing_binaries(where):

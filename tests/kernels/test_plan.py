@@ -98,3 +98,40 @@ def test_a_cell_that_stays_implausible_marks_the_plan_noisy():
     (group,) = plan.groups.values()
     assert group.ms["test-busy"][1] >= 40.0
     assert any(cell.endswith(":test-busy:2") for cell in plan.noisy)
+
+
+class CountedInvariant(LinearFormat):
+    """A correct batch-invariant format that counts its calls."""
+    name, tolerance, batch_invariant = "test-counted-invariant", 1e-5, True
+    calls = 0
+
+    def prepare(self, source):
+        return source.weight.float()
+
+    def run(self, prepared, x):
+        CountedInvariant.calls += 1
+        return torch.nn.functional.linear(x, prepared)
+
+
+def test_the_batch_invariant_plan_takes_the_first_block_kernel_that_passes_its_check_untimed():
+    """The float32 last resort is listed first and the block kernel last: the rule still ranks the block
+    kernel first, runs it only for `check` (one call per CHECK_ROWS), and never prepares the fallback."""
+    CountedInvariant.calls = 0
+    plan = measure_plan([LinearSource("a", grid_weight())], [get("float32-native"), CountedInvariant()], probe(),
+                        batch_invariant=True)
+    (group,) = plan.groups.values()
+    assert group.fixed == "test-counted-invariant" and CountedInvariant.calls == 2
+    assert list(group.ms) == ["test-counted-invariant"] and not group.excluded
+    assert plan.chosen() == {group.key: ["test-counted-invariant"] * len(BUCKETS)}
+
+
+def test_a_block_kernel_failing_its_check_leaves_the_float32_last_resort():
+    wrong = type(next(f for f in BROKEN if f.name == "test-wrong"))
+
+    class WrongInvariant(wrong):
+        name, batch_invariant = "test-wrong-invariant", True
+
+    plan = measure_plan([LinearSource("a", grid_weight())], [get("float32-native"), WrongInvariant()], probe(),
+                        batch_invariant=True)
+    (group,) = plan.groups.values()
+    assert group.fixed == "float32-native" and "tolerance" in group.excluded["test-wrong-invariant"]

@@ -64,7 +64,6 @@ def test_broken_batch_invariance_fails():
 def test_a_linear_failing_verification_falls_back_at_engine_build(monkeypatch):
     monkeypatch.setattr(model_plan, "all_formats", lambda: [RowCountLeaks(), get("float32-native"), get("float32")])
     monkeypatch.setattr(RowCountLeaks, "tolerance", 1.0)    # the measuring check lets it through; verification must not
-    monkeypatch.setattr(plan, "fix_format", lambda group: RowCountLeaks.name)   # as if it had timed fastest
     engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20), tiny=True)
     report = engine.kernel_plan.verified
     layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
@@ -79,7 +78,6 @@ def test_a_cached_verdict_applies_its_fallbacks_without_verifying_again(monkeypa
     failing linears fall back as before, and nothing is calibrated or verified (a start in seconds)."""
     monkeypatch.setattr(model_plan, "all_formats", lambda: [RowCountLeaks(), get("float32-native"), get("float32")])
     monkeypatch.setattr(RowCountLeaks, "tolerance", 1.0)
-    monkeypatch.setattr(plan, "fix_format", lambda group: RowCountLeaks.name)
     monkeypatch.setattr(plan, "implausible_cells", lambda group, last: [])   # a busy host's plan is cached too
     config = EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20)
     first = build_engine(engine_config=config, tiny=True).kernel_plan
@@ -95,3 +93,13 @@ def test_a_cached_verdict_applies_its_fallbacks_without_verifying_again(monkeypa
     layers = {m.name: m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)}
     assert all(set(layers[name].bucket_formats) == {"float32-native"} for name in first.verified.failures)
     assert not any(RowCountLeaks.name in m.bucket_formats for m in layers.values())
+
+
+def test_batch_invariant_linears_are_verified_up_to_64_rows():
+    """Every bucket runs one batch-invariant format (the default plan): 1..64 rows are checked, 7 buckets a
+    linear; the 256-row bucket runs the same code (verify.INVARIANT_ROWS)."""
+    engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20), tiny=True)
+    report = engine.kernel_plan.verified
+    layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
+    assert report is not None and not report.failures
+    assert report.checked == 7 * len(layers) and BUCKETS[6] == 64

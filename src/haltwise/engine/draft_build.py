@@ -86,7 +86,7 @@ def build_draft(name: str | None, engine_config: EngineConfig, target_model: tor
         model, config, tokenizer, length = _tiny_draft(name, target_tokenizer, engine_config)
         plan(model, None, tokenizer)
     else:
-        from haltwise.models.gguf_metadata import open_gguf
+        from haltwise.gguf.metadata import open_gguf
         from haltwise.models.loader import load_model
 
         weights_dtype = "bfloat16" if engine_config.dtype == "bfloat16" else "float32"

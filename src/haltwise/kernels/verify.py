@@ -4,7 +4,8 @@ When a plan is measured (and once for a cached plan that carries no verdict), be
   1. models/calibration.py runs the planned model once (Python layers) over a calibration text and
      records each linear's input rows -- the model's real activations, outlier channels included.
   2. `verify_linear` runs the linear's planned format at every row bucket it can see (rows tiled from the
-     captured ones up to 256; lm_head up to its max_rows) and holds each output to the format's own
+     captured ones up to 256, 64 for batch-invariant formats: INVARIANT_ROWS; lm_head up to its max_rows)
+     and holds each output to the format's own
      `error_bound` against float32 F.linear. A batch-invariant format must also give every row the same
      bits at every bucket (the same rows alone, 2 at a time, ..., 256 at a time).
   3. A linear that fails is re-planned onto float32-native (else float32) for every bucket, with a warning
@@ -27,6 +28,12 @@ from haltwise.kernels.plan import BUCKETS, VerifyReport, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
 
 log = logging.getLogger("haltwise.kernels")
+# A linear whose every bucket runs a batch-invariant format is checked up to 64 rows: that runs every code
+# path its kernels have (the 1-8 row tiles, the pair order, a whole 64-row span); a 256-row call runs the
+# same code over more tiles and gives each row the bits it gets at 64 rows (batch invariance, which
+# tests/kernels/native/test_batch_invariance.py checks per block type and ISA path at 1..257 rows), so
+# the same bound. The 256-row bucket was half of the 1.5B's verification (a first start: 14 of 30 s).
+INVARIANT_ROWS = 64
 
 def _rows(captured: torch.Tensor, rows: int) -> torch.Tensor:
     reps = -(-rows // captured.shape[0])
@@ -82,6 +89,8 @@ def verify_model(model: nn.Module, sources: dict[str, LinearSource], captured: d
             continue
         source = sources[name]
         rows = min(source.max_rows or BUCKETS[-1], max_rows)
+        if all(layer.by_bucket(b)[0].batch_invariant for b in range(len(BUCKETS))):
+            rows = min(rows, INVARIANT_ROWS)
         worst, why = verify_linear(layer, source.weight, captured[name], rows)
         source.release()
         report.checked += bucket_index(rows) + 1

@@ -42,6 +42,7 @@ void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, c
 
 void register_decode_stack(pybind11::module_& m);
 void register_repack(pybind11::module_& m);
+void register_test_hooks(pybind11::module_& m);   // test_hooks.cpp
 void register_spm_bpe(pybind11::module_& m);   // spm_bpe.cpp: a tokenizer encoder, not a kernel
 
 }  // namespace haltwise_native
