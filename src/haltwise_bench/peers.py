@@ -120,7 +120,8 @@ def run(args: argparse.Namespace) -> int:
     servers = {(r["system"], r["extra"]["concurrency"]): r["extra"] for r in server_records
                if r["extra"].get("peak_rss_mib") is not None}
     for (system, c), x in sorted(servers.items()):
-        print(f"{system:<10} -np/clients {c:<3} server ready in {x['ready_s']:.1f}s, peak RSS {x['peak_rss_mib']:.0f} MiB")
+        print(f"{system:<10} -np/clients {c:<3} server ready in {x['ready_s']:.1f}s, "
+              f"peak RSS {x['peak_rss_mib']:.0f} MiB")
     print(LEGEND)
     common.write_json(args.json, {"benchmark": "peers", "environment": common.environment(), "dtype": args.dtype,
                                   "repeats": repeats, "tiny": args.tiny, "threads": threads,
