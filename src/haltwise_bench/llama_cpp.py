@@ -35,6 +35,25 @@ def llama_server_cmd(directory: Path, port: int, gguf: str | Path, threads: int,
             "--no-webui"]
 
 
+PEER_KV_TYPES = ("q8_0", "f16")
+
+
+def peer_options(kv_type: str = "q8_0", draft: str | Path | None = None) -> list[str]:
+    """llama-server flags of `bench peers` on top of llama_server_cmd: the model's own chat template (--jinja),
+    the KV cache type (q8_0, the default: 34 bytes per 32 values, as haltwise's int8 KV with its per-row scales;
+    a quantized V cache needs flash attention on, so -fa on), and a draft model where one is given: -md loads
+    it, and --spec-type draft-simple makes the server draft with it (without it, this build infers the type
+    from the draft GGUF's metadata, finds none in a plain model, loads the draft and never drafts)."""
+    flags = ["--jinja"]
+    if kv_type == "q8_0":
+        flags += ["-fa", "on", "-ctk", "q8_0", "-ctv", "q8_0"]
+    elif kv_type != "f16":
+        raise ValueError(f"peer KV type {kv_type!r}: one of {', '.join(PEER_KV_TYPES)}")
+    if draft is not None:
+        flags += ["-md", str(draft), "--spec-type", "draft-simple"]
+    return flags
+
+
 def llama_bench(directory: Path, gguf: str | Path, threads: int, prompt_tokens: int, gen_tokens: int,
                 repetitions: int = 1, timeout_s: float = 900.0) -> dict[str, float]:
     """llama-bench's tokens/s: {"pp<N>": prefill, "tg<M>": decode} (its average over repetitions)."""

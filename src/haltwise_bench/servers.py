@@ -45,8 +45,10 @@ class ServerProcess:
     """A server subprocess; ready when GET ready_path answers 200."""
 
     def __init__(self, cmd: list[str], port: int, name: str, ready_path: str = "/v1/models",
-                 start_timeout_s: float = 300.0, env: dict[str, str] | None = None) -> None:
+                 start_timeout_s: float = 300.0, env: dict[str, str] | None = None,
+                 cpus: frozenset[int] | None = None) -> None:
         self.cmd, self.port, self.name = cmd, port, name
+        self.cpus = cpus        # the CPUs the server (and every thread it starts) may run on; None: inherited
         self.env = env          # variables set for the server on top of this process's environment
         self.ready_path = ready_path
         self.start_timeout_s = start_timeout_s
@@ -66,8 +68,10 @@ class ServerProcess:
     def start(self) -> None:
         started = time.monotonic()
         env = {**os.environ, **self.env} if self.env else None
+        cpus = self.cpus
+        pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus else None   # in the child, before exec: inherited
         self._proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                      env=env)
+                                      env=env, preexec_fn=pin)
         deadline = started + self.start_timeout_s
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
@@ -99,6 +103,10 @@ class ServerProcess:
         self._log.close()
         if not self._keep_log:
             Path(self._log.name).unlink(missing_ok=True)
+
+    @property
+    def pid(self) -> int | None:
+        return None if self._proc is None else self._proc.pid
 
     def peak_rss_mib(self) -> float | None:
         """The running server's peak resident set (Linux VmHWM), MiB; None where it cannot be read."""
