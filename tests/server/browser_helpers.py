@@ -87,7 +87,7 @@ class Browser:
                 if m.type in ("error", "warning") else None)
         page.on("pageerror", lambda e: self.problems.append(f"pageerror: {e}"))
         page.goto(url)
-        page.wait_for_function("document.getElementById('model').textContent.includes('window')")
+        page.wait_for_function("document.querySelectorAll('#model-pick option').length > 0")   # the models listed
         return page
 
     def close(self) -> None:

@@ -60,7 +60,7 @@ def test_no_ui_turns_the_page_off() -> None:
 def test_page_loads_without_console_errors(browser: Browser, tiny_url: str) -> None:
     page = browser.open(tiny_url)
     page.wait_for_function("document.getElementById('metrics-age').textContent === 'live'")
-    assert "tiny" in page.inner_text("#model")
+    assert page.input_value("[data-testid=model]") == "tiny" and "window 512 tokens" in page.inner_text("#model")
     assert page.inner_text("[data-testid=metric-running]") == "0"
     shot(page, "01-loaded")
     assert browser.problems == []
@@ -281,4 +281,31 @@ def test_engine_failure_mid_stream_is_explained(browser: Browser) -> None:
         assert "error" in view and "layer system" in view and "error event" in view, view
         assert "injected failure" in view
         shot(page, "12-engine-error")
+        page.close()
+
+
+def test_the_model_picker_lists_every_model_with_its_status_and_sends_the_pick(browser: Browser) -> None:
+    """Several models (tiny engines behind the real registry): the picker lists each with its status, a
+    picked unloaded model is named in the request, loads, and the list then says loaded."""
+    from tests.registry.tiny_models import tiny_registry
+
+    with ServerThread(build_app(None, models=tiny_registry(["alpha", "beta"]))) as server:
+        page = browser.open(server.url)
+        page.wait_for_function("document.querySelectorAll('#model-pick option').length === 2")
+        options = page.eval_on_selector_all("#model-pick option", "os => os.map(o => o.textContent)")
+        assert options == ["alpha (unloaded)", "beta (unloaded)"]
+        assert "loads on its first request" in page.inner_text("#model")
+        page.select_option("[data-testid=model]", "beta")
+        page.click("[data-mode=completion]")
+        set_params(page, temperature=0, max_tokens=4)
+        page.fill("[data-testid=prompt]", "hello")
+        page.click("[data-testid=send]")
+        finished(page)
+        page.wait_for_function("[...document.querySelectorAll('#model-pick option')].some("
+                               "o => o.textContent === 'beta (loaded)')")
+        status = {r["id"]: r["status"]["value"] for r in httpx.get(f"{server.url}/v1/models").json()["data"]}
+        assert status == {"alpha": "unloaded", "beta": "loaded"}
+        assert page.input_value("[data-testid=model]") == "beta" and "window" in page.inner_text("#model")
+        shot(page, "12-model-picker")
+        assert browser.problems == []
         page.close()

@@ -6,7 +6,7 @@ import { sseData } from "./sse.js";
 import { renderTermination } from "./termination.js";
 
 const $ = (id) => document.getElementById(id);
-const state = { mode: "chat", messages: [], busy: false, controller: null, model: null, window: 0,
+const state = { mode: "chat", messages: [], busy: false, controller: null, model: null, models: [], window: 0,
   refreshMetrics: () => {} };
 const KEY_STORE = "haltwise.apiKey";  // sessionStorage: the key stays in this tab
 
@@ -21,6 +21,15 @@ function notice(text) {
   n.hidden = !text;
 }
 
+// The model picker: every model the server offers (GET /v1/models) with its status; an unloaded one is
+// loaded by the server on the first request that names it. The pick survives a refresh of the list.
+function describeModel(m) {
+  const loaded = m.status?.value === "loaded";
+  state.window = loaded ? m.max_model_len : 0;
+  $("model").textContent = loaded ? `window ${m.max_model_len} tokens`
+    : m.status?.value === "loading" ? "loading…" : "unloaded: loads on its first request";
+}
+
 async function loadModel() {
   try {
     const r = await fetch("/v1/models", { headers: authHeaders() });
@@ -30,14 +39,27 @@ async function loadModel() {
       $("model").textContent = "";
       return;
     }
-    const m = (await r.json()).data[0];
-    state.model = m.id;
-    state.window = m.max_model_len;
-    $("model").textContent = `${m.id} · window ${m.max_model_len} tokens`;
+    state.models = (await r.json()).data;
+    const pick = $("model-pick");
+    pick.replaceChildren(...state.models.map((m) => {
+      const o = document.createElement("option");
+      o.value = m.id;
+      o.textContent = `${m.id} (${m.status?.value || "loaded"})`;
+      return o;
+    }));
+    const current = state.models.find((m) => m.id === state.model) || state.models[0];
+    state.model = current.id;
+    pick.value = current.id;
+    describeModel(current);
     notice("");
   } catch (e) {
     $("model").textContent = "server unreachable";
   }
+}
+
+function pickModel() {
+  state.model = $("model-pick").value;
+  describeModel(state.models.find((m) => m.id === state.model));
 }
 
 function setMode(mode) {
@@ -163,6 +185,7 @@ async function send() {
   }
   output.classList.remove("streaming");
   if (!answer) output.classList.add("nothing");
+  await loadModel();   // the statuses moved (the model may have loaded for this answer): the window is known now
   renderTermination(term, end, { text: answer, usage, window: state.window, body, timing });
   if (chat && answer) state.messages.push({ role: "assistant", content: answer });
   else if (chat) {  // nothing came back: drop the message from the history, give it back to edit and resend
@@ -184,6 +207,7 @@ function init() {
   key.addEventListener("change", () => { sessionStorage.setItem(KEY_STORE, key.value.trim()); loadModel(); });
   for (const b of document.querySelectorAll(".modes [data-mode]")) b.addEventListener("click", () => setMode(b.dataset.mode));
   $("clear").addEventListener("click", clearTranscript);
+  $("model-pick").addEventListener("change", pickModel);
   $("composer").addEventListener("submit", (e) => { e.preventDefault(); send(); });
   $("prompt").addEventListener("keydown", (e) => {
     if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); }
