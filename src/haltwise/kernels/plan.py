@@ -249,7 +249,7 @@ def group_sources(sources: Iterable[LinearSource]) -> dict[str, list[LinearSourc
 
 def measure_plan(sources: list[LinearSource], formats: list[LinearFormat], host: HostInfo,
                  cache_key: str = "", samples: int = SAMPLES, batch_invariant: bool = False) -> KernelPlan:
-    """batch_invariant: measure only batch-invariant formats and fix one per group (module docstring)."""
+    """batch_invariant: one batch-invariant format per group, chosen by rule and untimed (module docstring)."""
     start = time.perf_counter()
     if batch_invariant:                  # the block kernels first, the float32 last resorts after them
         formats = sorted((f for f in formats if f.batch_invariant), key=lambda f: f.name in INVARIANT_FALLBACKS)
