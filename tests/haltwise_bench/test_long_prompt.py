@@ -21,4 +21,5 @@ def test_a_short_run_answers_the_long_prompt_beside_a_stream(tmp_path, capsys):
     assert long_prompt.run(args) == 0
     (row,) = json.loads(out.read_text())["rows"]
     assert row["system"] == "haltwise" and row["error"] is None
-    assert row["ttft_s"] is not None and row["prompt_tokens"] == 600
+    assert row["ttft_s"] is not None and row["prompt_tokens"] == 600 and row["streams_ended"] == 0
+    assert row["decode_tokens_during"] > 0

@@ -124,10 +124,18 @@ class AsyncEngine:
         return replace(self._stats, breaker_state=int(self.breaker.state))
 
     # ---- requests ----------------------------------------------------------------------------------------------
-    async def generate(self, request_id: str, prompt_token_ids: list[int],
-                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
+    async def prepare(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams) -> RequestState:
+        """Validate a request and build its state off the engine thread (LLMEngine.prepare_request): raises
+        InvalidRequest / ContextLengthExceeded. The server's routes prepare first, to charge the queue for
+        every prompt of a request before any starts, and hand the result to generate()."""
+        return await asyncio.get_running_loop().run_in_executor(
+            self._prepare, self.engine.prepare_request, request_id, list(prompt_token_ids), params)
+
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                       prepared: RequestState | None = None) -> AsyncIterator[RequestOutput]:
         """Raises a HaltwiseError before the first update if the request is refused. Closing the
-        generator early (client gone) aborts the request: reason cancelled, blocks freed."""
+        generator early (client gone) aborts the request: reason cancelled, blocks freed. prepared: this
+        request's prepare() result (it is then not validated again)."""
         if not self._accepting:
             raise Overloaded("The server is shutting down.", retry_after=5.0)
         if not self.breaker.allows_requests():
@@ -140,8 +148,8 @@ class AsyncEngine:
         self._streams[request_id] = updates
         finished = False
         try:
-            prepared = await asyncio.get_running_loop().run_in_executor(
-                self._prepare, self.engine.prepare_request, request_id, list(prompt_token_ids), params)
+            if prepared is None:
+                prepared = await self.prepare(request_id, prompt_token_ids, params)
             self._inbox.put(_Submission(prepared, accepted))
             self._wake.set()
             await accepted

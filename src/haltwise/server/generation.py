@@ -62,15 +62,17 @@ class Generation:
         self.run = EngineRun(served.engine, request, rid, prompts, params, recorders)
         self.headers: dict[str, str] = {}
 
-    def check_queue_room(self) -> None:
-        """The request is charged its real cost, n x prompts sequences, against the queue before any prompt
-        starts: all of them fit, or 503 at once (not after the first prompts were admitted and ran)."""
+    async def reserve(self) -> None:
+        """Validate every prompt (the engine prepares each request once, here), then charge the request its
+        real cost, n x prompts sequences, against the queue before any prompt starts: a request that can
+        never run is a 400 (context_length_exceeded ...), busy or not; one that fits nowhere now is a 503 at
+        once, not after its first prompts were admitted and ran."""
         engine = self.engine
         config = getattr(engine, "engine_config", None)
-        if config is None:   # a cluster: each replica's queue decides
+        if config is None:   # a cluster: each replica validates and its queue decides
             return
-        for prompt in self.prompts:  # a request that can never run is a 400 (context_length_exceeded ...), busy or not
-            engine.engine.prepare_prompt(prompt, self.params)
+        self.run.prepared = [await engine.prepare(rid, prompt, self.params)
+                             for rid, prompt in zip(self.run.ids, self.prompts)]
         waiting = engine.stats().num_waiting
         sequences = self.params.n * len(self.prompts)
         if waiting + sequences > config.max_queue:

@@ -50,9 +50,11 @@ class EngineRun:
         self._tasks: list[asyncio.Task[None]] = []
         self._buffer: list[tuple[int, RequestOutput]] = []
         self._open = len(prompts)
+        self.prepared: list[Any] | None = None   # the engine's prepare() per prompt (Generation.reserve)
 
     async def _pump(self, i: int) -> None:
-        gen = self.engine.generate(self.ids[i], self.prompts[i], self.params)
+        prepared = {"prepared": self.prepared[i]} if self.prepared is not None else {}
+        gen = self.engine.generate(self.ids[i], self.prompts[i], self.params, **prepared)
         try:
             async for out in gen:
                 await self._queue.put((i, out))

@@ -49,7 +49,7 @@ async def generate(request: Request, served: Served, rid: str, prompts: list[lis
                    build: Callable[[list[RequestOutput]], dict[str, Any]], chunker: Chunker) -> Response:
     """Run the engine requests (n x prompts charged against the queue first); answer with JSON or SSE."""
     generation = Generation(served, request, rid, prompts, prompt_texts, params)
-    generation.check_queue_room()
+    await generation.reserve()
 
     async def body() -> dict[str, Any]:
         outs = await generation.run.collect()
