@@ -30,6 +30,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default="qwen2.5-coder-0.5b", help="a GGUF file or a catalog name")
     p.add_argument("--rows", default="1,32", help="activation rows per call, comma-separated")
     p.add_argument("--calls", type=int, default=15, help="timed calls per layout and row count")
+    p.add_argument("--from-dram", action="store_true",
+                   help="every layer's tensors of a kind in turn (as a decode step reads them): GB/s per row count")
     p.add_argument("--isas", default=None, metavar="A,B",
                    help="compare the X8 records on two ISA paths of this CPU (e.g. avx2,avx512vnni) instead of "
                         "plain rows vs X8 on the widest")
@@ -68,6 +70,10 @@ def run(args: argparse.Namespace) -> int:
         return 1
     path = resolve_model(args.model, progress=None)
     rows_list = [int(r) for r in args.rows.split(",")]
+    if args.from_dram:
+        from haltwise_bench import kernel_dram
+
+        return kernel_dram.run(native, path, rows_list, args.calls, native.best_isa())
     isas = args.isas.split(",") if args.isas else [native.best_isa()] * 2
     if len(isas) != 2 or not set(isas) <= set(native.isas()):
         print(f"haltwise: --isas takes two of this CPU's paths: {', '.join(native.isas())}", file=sys.stderr)

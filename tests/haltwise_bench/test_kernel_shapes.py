@@ -42,3 +42,18 @@ def test_two_isa_paths_are_compared_on_the_x8_records(capsys):
     assert f"{isas[0]}/{isas[-1]} on" in out and f"X8 on {isas[-1]}" in out
     assert kernel_shapes.run(parser.parse_args(["--model", path, "--isas", "scalar,haltwise_test_isa"])) == 2
     assert "--isas takes two of this CPU's paths: " + ", ".join(isas) in capsys.readouterr().err
+
+
+def test_from_dram_reads_every_layer_of_each_kind(capsys):
+    """--from-dram: one row per tensor kind, counting every layer's tensor, with a rate at each row count."""
+    path = default_model_path()
+    parser = argparse.ArgumentParser()
+    kernel_shapes.add_arguments(parser)
+    assert kernel_shapes.run(parser.parse_args(["--model", str(path), "--rows", "1,2", "--calls", "1",
+                                                "--from-dram"])) == 0
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("blk.ffn_down.weight"))
+    tensors, _, one, two = row.split()[1:]
+    assert tensors == "30" and float(one) > 0 and float(two) > 0
+    embd = next(line for line in out.splitlines() if line.startswith("token_embd"))   # tied: it is the lm_head
+    assert embd.split()[1] == "1"
