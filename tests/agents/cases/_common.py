@@ -9,6 +9,7 @@ library did not get the answer. `http` is an httpx client that records every req
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -26,6 +27,8 @@ EXTRACT = f"Extract the person's name and age from this text: {PROSE}"
 ASK_WEATHER = "What is the weather like in Paris? Use the get_weather tool."
 WEATHER_RESULT = "Paris: 18 degrees celsius, sunny"
 MAX_TOKENS = 200     # small: the 0.5B answers these in far fewer; a run-away answer fails fast
+# Every case asks for temperature 0 (a documented parameter of every library): the SDKs default to sampling at
+# temperature 1, and a sampled answer would make a case pass or fail by chance.
 
 
 class Person(BaseModel):
@@ -35,8 +38,12 @@ class Person(BaseModel):
     age: int
 
 
+CALLED: list[str] = []   # the cities get_weather was called for, in this process
+
+
 def get_weather(city: str) -> str:
     """Get the current weather in a city."""
+    CALLED.append(city)
     return WEATHER_RESULT if "paris" in city.lower() else f"{city}: unknown"
 
 
@@ -47,7 +54,30 @@ def check_person(p: Person) -> str:
 
 def check_weather_answer(text: str) -> str:
     assert text and "18" in text, f"the answer does not use the tool's result: {text!r}"
-    return text.strip()[:120]
+    return "answered: " + text.strip()[:100]
+
+
+def loop_case(case: Callable[..., str]) -> Callable[..., str]:
+    """A tool-loop case: its outcome through tool_loop_outcome."""
+    @functools.wraps(case)
+    def run(*args: object) -> str:
+        return tool_loop_outcome(lambda: case(*args))
+    return run
+
+
+def tool_loop_outcome(run: Callable[[], str]) -> str:
+    """A tool loop's outcome: `answered: ...` from the tool's result, or `tool_loop: ...` when the model asked for
+    the answered call again and the server ended that turn by name (termination.reason tool_loop, on the wire),
+    whatever the library made of it. Anything else (no call for Paris, length, a 4xx) raises."""
+    try:
+        return run()
+    except Exception as exc:
+        problem = f"{type(exc).__name__}: {exc}"
+    assert any("paris" in c.lower() for c in CALLED), f"get_weather was never called for Paris ({problem})"
+    last = [t for t in TERMINATIONS if t is not None]
+    if last and last[-1]["reason"] == "tool_loop":
+        return f"tool_loop: {last[-1]['detail'][:80]} (library: {problem[:80]})"
+    raise AssertionError(f"{problem}; last termination {last[-1] if last else None}")
 
 
 def _record(request: httpx.Request) -> None:
@@ -63,16 +93,40 @@ def _record(request: httpx.Request) -> None:
         f.write(json.dumps({"path": request.url.path, "body": body}) + "\n")
 
 
+TERMINATIONS: list = []   # haltwise's `termination` of each non-streamed answer, in order
+
+
+def _termination(body: object) -> object:
+    if not isinstance(body, dict):
+        return None
+    if "termination" in body:          # Responses and Messages carry it at the top
+        return body["termination"]
+    choices = body.get("choices") or [{}]
+    return choices[0].get("termination") if isinstance(choices[0], dict) else None
+
+
+def _seen(response: httpx.Response) -> None:
+    if response.headers.get("content-type", "").startswith("application/json"):
+        response.read()
+        TERMINATIONS.append(_termination(json.loads(response.content or b"null")))
+
+
+async def _aseen(response: httpx.Response) -> None:
+    if response.headers.get("content-type", "").startswith("application/json"):
+        await response.aread()
+        TERMINATIONS.append(_termination(json.loads(response.content or b"null")))
+
+
 async def _arecord(request: httpx.Request) -> None:
     _record(request)
 
 
 def http_client() -> httpx.Client:
-    return httpx.Client(event_hooks={"request": [_record]}, timeout=600)
+    return httpx.Client(event_hooks={"request": [_record], "response": [_seen]}, timeout=600)
 
 
 def async_http_client() -> httpx.AsyncClient:
-    return httpx.AsyncClient(event_hooks={"request": [_arecord]}, timeout=600)
+    return httpx.AsyncClient(event_hooks={"request": [_arecord], "response": [_aseen]}, timeout=600)
 
 
 def main(cases: dict[str, Callable[[str], str]]) -> None:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import anthropic
 from _common import (ASK_WEATHER, EXTRACT, MAX_TOKENS, Person, check_person, check_weather_answer, get_weather,
-                     http_client, main)
+                     http_client,
+                     loop_case, main)
 
 WEATHER_TOOL = {"name": "get_weather", "description": "Get the current weather in a city.",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
@@ -13,12 +14,14 @@ def client(base_url: str) -> anthropic.Anthropic:
     return anthropic.Anthropic(base_url=base_url, api_key="unused", http_client=http_client(), max_retries=0)
 
 
+@loop_case
 def tool_loop(base_url: str) -> str:
     """The docs' loop: while stop_reason is tool_use, run each tool_use and answer it with a tool_result."""
     c = client(base_url)
     messages: list = [{"role": "user", "content": ASK_WEATHER}]
     for _ in range(4):
-        reply = c.messages.create(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, tools=[WEATHER_TOOL],
+        reply = c.messages.create(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0,
+                                  tools=[WEATHER_TOOL],
                                   messages=messages)
         if reply.stop_reason != "tool_use":
             break
@@ -31,6 +34,7 @@ def tool_loop(base_url: str) -> str:
     return check_weather_answer("".join(b.text for b in reply.content if b.type == "text"))
 
 
+@loop_case
 def tool_runner(base_url: str) -> str:
     """The SDK's beta tool runner with a @beta_tool function."""
     @anthropic.beta_tool
@@ -44,14 +48,14 @@ def tool_runner(base_url: str) -> str:
 
     get_weather_tool.name = "get_weather"
     runner = client(base_url).beta.messages.tool_runner(
-        model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, tools=[get_weather_tool], max_iterations=4,
+        model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0, tools=[get_weather_tool], max_iterations=4,
         messages=[{"role": "user", "content": ASK_WEATHER}])
     last = runner.until_done()
     return check_weather_answer("".join(b.text for b in last.content if b.type == "text"))
 
 
 def stream_text(base_url: str) -> str:
-    with client(base_url).messages.stream(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS,
+    with client(base_url).messages.stream(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0,
                                           messages=[{"role": "user", "content": EXTRACT}]) as stream:
         pieces = list(stream.text_stream)
         final = stream.get_final_message()
@@ -63,7 +67,8 @@ def stream_text(base_url: str) -> str:
 
 def parse(base_url: str) -> str:
     """messages.parse(output_format=Person): structured outputs."""
-    done = client(base_url).messages.parse(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, output_format=Person,
+    done = client(base_url).messages.parse(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0,
+                  output_format=Person,
                                            messages=[{"role": "user", "content": EXTRACT}])
     return check_person(done.parsed_output)
 

@@ -13,21 +13,21 @@ def client(base_url: str, mode):
 
 def tools_mode(base_url: str) -> str:
     person = client(base_url, instructor.Mode.TOOLS).chat.completions.create(
-        model="qwen2.5-coder-0.5b", response_model=Person, max_tokens=MAX_TOKENS,
+        model="qwen2.5-coder-0.5b", response_model=Person, max_tokens=MAX_TOKENS, temperature=0,
         messages=[{"role": "user", "content": EXTRACT}])
     return check_person(person)
 
 
 def json_mode(base_url: str) -> str:
     person = client(base_url, instructor.Mode.JSON).chat.completions.create(
-        model="qwen2.5-coder-0.5b", response_model=Person, max_tokens=MAX_TOKENS,
+        model="qwen2.5-coder-0.5b", response_model=Person, max_tokens=MAX_TOKENS, temperature=0,
         messages=[{"role": "user", "content": EXTRACT}])
     return check_person(person)
 
 
 def partial_stream(base_url: str) -> str:
     parts = list(client(base_url, instructor.Mode.TOOLS).chat.completions.create_partial(
-        model="qwen2.5-coder-0.5b", response_model=Person, max_tokens=MAX_TOKENS,
+        model="qwen2.5-coder-0.5b", response_model=Person, max_tokens=MAX_TOKENS, temperature=0,
         messages=[{"role": "user", "content": EXTRACT}]))
     assert len(parts) > 1, len(parts)
     return check_person(Person.model_validate(parts[-1].model_dump()))

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from _common import (ASK_WEATHER, EXTRACT, MAX_TOKENS, Person, check_person, check_weather_answer, http_client,
+                     loop_case,
                      main)
 from _common import get_weather as weather
 from langchain_core.messages import HumanMessage, ToolMessage
@@ -17,13 +18,14 @@ def get_weather(city: str) -> str:
 
 def llm(base_url: str, **kw) -> ChatOpenAI:
     return ChatOpenAI(model="qwen2.5-coder-0.5b", base_url=base_url + "/v1", api_key="unused",
-                      http_client=http_client(), max_retries=0, max_tokens=MAX_TOKENS, **kw)
+                      http_client=http_client(), max_retries=0, max_tokens=MAX_TOKENS, temperature=0, **kw)
 
 
 def structured(base_url: str) -> str:
     return check_person(llm(base_url).with_structured_output(Person).invoke(EXTRACT))
 
 
+@loop_case
 def tool_loop(base_url: str) -> str:
     bound = llm(base_url).bind_tools([get_weather])
     messages = [HumanMessage(ASK_WEATHER)]

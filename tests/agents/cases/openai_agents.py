@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import openai
-from _common import ASK_WEATHER, EXTRACT, Person, async_http_client, check_person, check_weather_answer, main
+from _common import (ASK_WEATHER, EXTRACT, Person, async_http_client, check_person, check_weather_answer, loop_case,
+                     main)
 from _common import get_weather as weather
 from agents import (Agent, ModelSettings, OpenAIChatCompletionsModel, OpenAIResponsesModel, Runner, function_tool,
                     set_tracing_disabled)
@@ -23,16 +24,17 @@ def model(base_url: str, surface: str):
     return cls(model="qwen2.5-coder-0.5b", openai_client=client)
 
 
+@loop_case
 def tools(base_url: str, surface: str) -> str:
     agent = Agent(name="Assistant", instructions="You are a helpful assistant.", tools=[get_weather],
-                  model=model(base_url, surface), model_settings=ModelSettings(max_tokens=200))
+                  model=model(base_url, surface), model_settings=ModelSettings(max_tokens=200, temperature=0))
     result = Runner.run_sync(agent, ASK_WEATHER, max_turns=4)
     return check_weather_answer(result.final_output)
 
 
 def output_type(base_url: str, surface: str) -> str:
     agent = Agent(name="Extractor", instructions="Extract the person's name and age.", output_type=Person,
-                  model=model(base_url, surface), model_settings=ModelSettings(max_tokens=200))
+                  model=model(base_url, surface), model_settings=ModelSettings(max_tokens=200, temperature=0))
     return check_person(Runner.run_sync(agent, EXTRACT, max_turns=2).final_output)
 
 

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import anthropic
 import openai
-from _common import ASK_WEATHER, EXTRACT, Person, async_http_client, check_person, check_weather_answer, main
+from _common import (ASK_WEATHER, EXTRACT, Person, async_http_client, check_person, check_weather_answer, loop_case,
+                     main)
 from _common import get_weather as weather
 from pydantic_ai import Agent
 from pydantic_ai.models.anthropic import AnthropicModel
@@ -11,7 +12,7 @@ from pydantic_ai.models.openai import OpenAIChatModel, OpenAIResponsesModel
 from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 
-SETTINGS = {"max_tokens": 200}
+SETTINGS = {"max_tokens": 200, "temperature": 0}
 
 
 def model(base_url: str, surface: str):
@@ -30,6 +31,7 @@ def output_type(base_url: str, surface: str) -> str:
     return check_person(agent.run_sync(EXTRACT).output)
 
 
+@loop_case
 def tools(base_url: str, surface: str) -> str:
     agent = Agent(model(base_url, surface), instructions="Be concise.", model_settings=SETTINGS)
 
