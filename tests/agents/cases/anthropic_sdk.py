@@ -6,6 +6,7 @@ from _common import (ASK_WEATHER, EXTRACT, MAX_TOKENS, Person, check_person, che
                      http_client,
                      loop_case, main)
 
+GREEDY = {"temperature": 0}   # the SDK's methods have no temperature parameter any more; the API still takes it
 WEATHER_TOOL = {"name": "get_weather", "description": "Get the current weather in a city.",
                 "input_schema": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
 
@@ -20,7 +21,7 @@ def tool_loop(base_url: str) -> str:
     c = client(base_url)
     messages: list = [{"role": "user", "content": ASK_WEATHER}]
     for _ in range(4):
-        reply = c.messages.create(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0,
+        reply = c.messages.create(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, extra_body=GREEDY,
                                   tools=[WEATHER_TOOL],
                                   messages=messages)
         if reply.stop_reason != "tool_use":
@@ -48,14 +49,14 @@ def tool_runner(base_url: str) -> str:
 
     get_weather_tool.name = "get_weather"
     runner = client(base_url).beta.messages.tool_runner(
-        model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0, tools=[get_weather_tool], max_iterations=4,
-        messages=[{"role": "user", "content": ASK_WEATHER}])
+        model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, extra_body=GREEDY, tools=[get_weather_tool],
+        max_iterations=4, messages=[{"role": "user", "content": ASK_WEATHER}])
     last = runner.until_done()
     return check_weather_answer("".join(b.text for b in last.content if b.type == "text"))
 
 
 def stream_text(base_url: str) -> str:
-    with client(base_url).messages.stream(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0,
+    with client(base_url).messages.stream(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, extra_body=GREEDY,
                                           messages=[{"role": "user", "content": EXTRACT}]) as stream:
         pieces = list(stream.text_stream)
         final = stream.get_final_message()
@@ -67,7 +68,7 @@ def stream_text(base_url: str) -> str:
 
 def parse(base_url: str) -> str:
     """messages.parse(output_format=Person): structured outputs."""
-    done = client(base_url).messages.parse(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, temperature=0,
+    done = client(base_url).messages.parse(model="qwen2.5-coder-0.5b", max_tokens=MAX_TOKENS, extra_body=GREEDY,
                   output_format=Person,
                                            messages=[{"role": "user", "content": EXTRACT}])
     return check_person(done.parsed_output)
