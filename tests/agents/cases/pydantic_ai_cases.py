@@ -13,6 +13,8 @@ from pydantic_ai.providers.anthropic import AnthropicProvider
 from pydantic_ai.providers.openai import OpenAIProvider
 
 SETTINGS = {"max_tokens": 200, "temperature": 0}
+# pydantic-ai's Anthropic model drops `temperature` (the anthropic SDK has none any more); the API takes it
+ANTHROPIC_SETTINGS = {**SETTINGS, "extra_body": {"temperature": 0}}
 
 
 def model(base_url: str, surface: str):
@@ -26,14 +28,18 @@ def model(base_url: str, surface: str):
     return cls("qwen2.5-coder-0.5b", provider=OpenAIProvider(openai_client=client))
 
 
+def settings(surface: str) -> dict:
+    return ANTHROPIC_SETTINGS if surface == "anthropic" else SETTINGS
+
+
 def output_type(base_url: str, surface: str) -> str:
-    agent = Agent(model(base_url, surface), output_type=Person, model_settings=SETTINGS)
+    agent = Agent(model(base_url, surface), output_type=Person, model_settings=settings(surface))
     return check_person(agent.run_sync(EXTRACT).output)
 
 
 @loop_case
 def tools(base_url: str, surface: str) -> str:
-    agent = Agent(model(base_url, surface), instructions="Be concise.", model_settings=SETTINGS)
+    agent = Agent(model(base_url, surface), instructions="Be concise.", model_settings=settings(surface))
 
     @agent.tool_plain
     def get_weather(city: str) -> str:
