@@ -58,8 +58,6 @@ def qwen() -> Iterator[str]:
 
 def run_case(url: str, library: str, case: str, wire: Path) -> tuple[dict, str]:
     venv = VENVS[CASES[library][0]]
-    if not (venv / "bin/python").exists():
-        pytest.skip(f"{venv} is missing: `make agents-venv` builds it (`make test` does)")
     env = {**os.environ, "HALTWISE_WIRE_LOG": str(wire), "OPENAI_AGENTS_DISABLE_TRACING": "1",
            "LANGSMITH_TRACING": "false", "PYTHONPATH": str(CASES_DIR)}
     proc = subprocess.run([str(venv / "bin/python"), str(CASES_DIR / f"{library}.py"), case, url], env=env,
@@ -70,9 +68,12 @@ def run_case(url: str, library: str, case: str, wire: Path) -> tuple[dict, str]:
 
 
 @pytest.mark.parametrize("library,case", [(lib, c) for lib, (_, cases) in CASES.items() for c in cases])
-def test_library_case(qwen: str, library: str, case: str, tmp_path: Path) -> None:
+def test_library_case(library: str, case: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
+    venv = VENVS[CASES[library][0]]
+    if not (venv / "bin/python").exists():     # checked before the server starts
+        pytest.skip(f"{venv} is missing: `make agents-venv` builds it (`make test` does)")
     wire = tmp_path / "wire.jsonl"
-    result, stderr = run_case(qwen, library, case, wire)
+    result, stderr = run_case(request.getfixturevalue("qwen"), library, case, wire)
     assert result["ok"] and result["rc"] == 0, f"{library}.{case}: {result['detail']}\n{stderr}"
     documented = documented_fields()
     for line in wire.read_text().splitlines():
