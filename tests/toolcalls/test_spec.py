@@ -62,3 +62,11 @@ def test_choices() -> None:
     assert parse_tool_request([fn()], "none").mode == "none"
     assert parse_tool_request(None, None) is None and parse_tool_request(None, "none") is None
     assert req.tools[1].schema == {"type": "object", "properties": {}}   # omitted parameters: no arguments
+
+
+def test_the_template_sees_each_tool_as_the_request_gave_it() -> None:
+    """Key order and `strict` kept: transformers' apply_chat_template hands the template the tools unchanged."""
+    fn = {"name": "get_weather", "strict": True, "parameters": OK_PARAMS, "description": "Weather"}
+    shown = parse_tool_request([{"type": "function", "function": fn}]).tools[0].to_openai()
+    assert shown == {"type": "function", "function": fn}
+    assert list(shown["function"]) == ["name", "strict", "parameters", "description"]

@@ -39,7 +39,12 @@ def haltwise_error_response(exc: HaltwiseError) -> JSONResponse:
 
 
 def param_error_response(exc: ParamError) -> JSONResponse:
-    return error_response(400, str(exc), param=exc.param)
+    """400 with param; a ParamError with `details` (a dict) carries them as error.details."""
+    body = error_body(str(exc), param=exc.param)
+    details = getattr(exc, "details", None)
+    if isinstance(details, dict):
+        body["error"]["details"] = details
+    return JSONResponse(body, status_code=400)
 
 
 def _param_from_loc(loc: tuple[Any, ...]) -> str | None:

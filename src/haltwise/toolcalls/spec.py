@@ -43,13 +43,18 @@ class ToolSpec:
     name: str
     description: str | None
     parameters: str            # the parameters JSON Schema, canonical JSON text (hashable)
+    shown: str = ""            # the `function` object as the request gave it, JSON text ("": built from the above)
 
     @property
     def schema(self) -> dict:
         return json.loads(self.parameters)
 
     def to_openai(self) -> dict[str, Any]:
-        """The tool as the chat template sees it (OpenAI's shape, as transformers passes it)."""
+        """The tool as the chat template sees it: the request's own `function` object, its keys in the order
+        given and `strict` kept (transformers' apply_chat_template hands the template the tools unchanged, and
+        templates such as Qwen's write each with `tojson`), else OpenAI's shape built from the fields."""
+        if self.shown:
+            return {"type": "function", "function": json.loads(self.shown)}
         function: dict[str, Any] = {"name": self.name}
         if self.description is not None:
             function["description"] = self.description
@@ -128,7 +133,8 @@ def _tool(raw: Any, param: str) -> ToolSpec:
         check_schema(schema, where)
     except StructureError as e:
         raise ToolError(e.param, str(e)) from None
-    return ToolSpec(name, description, json.dumps(schema, ensure_ascii=False, allow_nan=False))
+    return ToolSpec(name, description, json.dumps(schema, ensure_ascii=False, allow_nan=False),
+                    json.dumps(fn, ensure_ascii=False, allow_nan=False))
 
 
 def bound_schema(schema: Any, param: str) -> None:

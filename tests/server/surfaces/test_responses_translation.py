@@ -95,3 +95,11 @@ def test_incomplete_details() -> None:
     assert r["usage"]["total_tokens"] == 9
     ok = b.final(final("abc", Reason.EOS))
     assert (ok["status"], ok["incomplete_details"]) == ("completed", None)
+
+
+def test_tools_reach_the_template_in_the_chat_shape() -> None:
+    """strict kept, no description invented: the same tools block as the chat route for the same tools."""
+    tools = request(input="x", tools=[{**TOOL, "strict": True}, {"type": "function", "name": "f",
+                                                                 "parameters": {"type": "object"}}]).chat_tools()
+    assert tools[0]["function"]["strict"] is True and tools[0]["function"]["description"] == TOOL["description"]
+    assert tools[1]["function"] == {"name": "f", "parameters": {"type": "object"}}

@@ -18,10 +18,11 @@ _TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permi
           503: "overloaded_error", 529: "overloaded_error"}
 
 
-def anthropic_error(status: int, message: str) -> dict[str, Any]:
-    """The Anthropic error body for an HTTP status."""
+def anthropic_error(status: int, message: str, details: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The Anthropic error body for an HTTP status (error.details when given, e.g. a refused `thread`)."""
     kind = _TYPES.get(status, "invalid_request_error" if status < 500 else "api_error")
-    return {"type": "error", "error": {"type": kind, "message": message}}
+    error = {"type": kind, "message": message, **({"details": details} if details else {})}
+    return {"type": "error", "error": error}
 
 
 def reshape(status: int, body: bytes) -> bytes:
@@ -32,7 +33,8 @@ def reshape(status: int, body: bytes) -> bytes:
         return body
     if not isinstance(error, dict) or "message" not in error:
         return body
-    return json.dumps(anthropic_error(status, str(error["message"]))).encode()
+    details = error.get("details") if isinstance(error.get("details"), dict) else None
+    return json.dumps(anthropic_error(status, str(error["message"]), details)).encode()
 
 
 class AnthropicErrors:

@@ -5,9 +5,14 @@ or text blocks), stop_sequences, temperature, top_p, top_k, stream, tools + tool
 {"type": "enabled", "budget_tokens": N} (N >= 1 and < max_tokens; Anthropic's minimum of 1024 is not
 imposed, small models think briefly) or {"type": "disabled"} (server/reasoning_request.py; no `thinking`
 = the template's default, as on /v1/chat/completions), assistant thinking / redacted_thinking blocks in
-history (thinking text goes to the template as reasoning_content; redacted data is dropped); ignored:
-metadata, service_tier, cache_control on blocks. haltwise extras: seed, timeout, ignore_eos. Unknown
-fields are a 400 naming the field, as on the OpenAI routes.
+history (thinking text goes to the template as reasoning_content; redacted data is dropped),
+output_config.format {"type": "json_schema", "schema"} (structured outputs: the same grammar path as
+response_format on /v1/chat/completions; output_config.effort is a 400, no model here has effort levels);
+ignored: metadata, service_tier, cache_control on blocks. `thread` (server-held conversation state) is a
+400 whose error.details say `thread_unsupported_request`: the SDK's documented answer for a server that
+cannot hold threads, on which its thread helpers (the beta tool runner) resend the whole history without
+one. haltwise extras: seed, timeout, ignore_eos. Unknown fields are a 400 naming the field, as on the OpenAI
+routes.
 
 Translation (into the OpenAI chat shape the chat core and the chat template speak):
     system                      -> {"role": "system", "content": text}
@@ -19,6 +24,7 @@ Translation (into the OpenAI chat shape the chat core and the chat template spea
 from __future__ import annotations
 
 import json
+from types import SimpleNamespace
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +33,17 @@ from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.server.chat_core import ChatTurn
 from haltwise.server.request_fields import MAX_SEED, KeepAlive, RepetitionDetectionSpec, loop_detection
 from haltwise.server.reasoning_request import thinking_settings
+from haltwise.server.structured_outputs import JsonSchemaFormat, ResponseFormat, structure_of
+
+THREADLESS = ("this server is stateless: it holds no threads (`thread`); send the whole conversation as "
+              "`messages` without `thread`")
+
+
+class ThreadUnsupported(ParamError):
+    """`thread` on a stateless server: a 400 whose error.details the anthropic SDK reads (error_code
+    thread_unsupported_request) to go on without a thread."""
+
+    details = {"error_code": "thread_unsupported_request", "unsupported": ["thread"]}
 
 
 class _Strict(BaseModel):
@@ -100,6 +117,16 @@ class Thinking(_Strict):
     budget_tokens: int | None = Field(None, ge=1)
 
 
+class OutputFormat(_Strict):
+    type: Literal["json_schema"]
+    schema_: dict[str, Any] = Field(alias="schema")
+
+
+class OutputConfig(_Strict):
+    format: OutputFormat | None = None
+    effort: str | None = None          # a 400 unless absent (see the module docstring)
+
+
 class _Conversation(_Strict):
     """What /v1/messages and /v1/messages/count_tokens share."""
 
@@ -142,8 +169,9 @@ class _Conversation(_Strict):
     def chat_tools(self) -> list[dict[str, Any]] | None:
         if not self.tools:
             return None
-        return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                  "parameters": t.input_schema}} for t in self.tools]
+        return [{"type": "function", "function": {       # as a chat client would send it (no empty description)
+            "name": t.name, **({"description": t.description} if t.description is not None else {}),
+            "parameters": t.input_schema}} for t in self.tools]
 
     def chat_tool_choice(self) -> str | dict[str, Any] | None:
         c = self.tool_choice
@@ -187,6 +215,8 @@ class MessagesRequest(_Conversation):
     stream: bool = False
     metadata: dict[str, Any] | None = None           # ignored (user_id is never logged)
     service_tier: str | None = None                  # ignored
+    output_config: OutputConfig | None = None        # format: structured outputs
+    thread: dict[str, Any] | None = None             # refused: ThreadUnsupported
     # haltwise extras
     seed: int | None = Field(None, ge=0, le=MAX_SEED)
     timeout: float | None = Field(None, gt=0.0)
@@ -195,15 +225,34 @@ class MessagesRequest(_Conversation):
 
     def to_turn(self) -> ChatTurn:
         """The chat turn; raises ParamError (400) for anything invalid or unsupported."""
+        if self.thread is not None:
+            raise ThreadUnsupported("thread", THREADLESS)
         budget, template_kwargs = self.thinking_settings(self.max_tokens)
         params = SamplingParams(
             max_tokens=self.max_tokens, temperature=self.temperature, top_p=self.top_p or 1.0,
             top_k=self.top_k if self.top_k else -1, stop=self.stop_sequences, seed=self.seed,
             timeout=self.timeout, ignore_eos=self.ignore_eos,
             repetition_detection=loop_detection(self.repetition_detection),
-            split_reasoning=True, max_reasoning_tokens=budget)
+            split_reasoning=True, max_reasoning_tokens=budget, structured_outputs=self._structure())
         return ChatTurn(self.chat_messages(), params, self.chat_tools(), self.chat_tool_choice(),
                         self.parallel_tool_calls(), template_kwargs=template_kwargs)
+
+    def _structure(self) -> Any:
+        """output_config.format as a structured output (the chat route's json_schema response_format)."""
+        config = self.output_config
+        if config is not None and config.effort is not None:
+            raise ParamError("output_config.effort", "output_config.effort is not supported: the models served "
+                             "here have no effort levels (use thinking.budget_tokens)")
+        if config is None or config.format is None:
+            return None
+        js = JsonSchemaFormat(name="output", schema=config.format.schema_, strict=True)
+        none = dict.fromkeys(("structured_outputs", "guided_json", "guided_regex", "guided_choice",
+                              "guided_grammar", "guided_whitespace_pattern"))
+        try:
+            return structure_of(SimpleNamespace(response_format=ResponseFormat(type="json_schema", json_schema=js),
+                                                **none))
+        except ParamError as e:
+            raise ParamError("output_config.format", str(e)) from None
 
 
 class CountTokensRequest(_Conversation):

@@ -163,6 +163,13 @@ class ChatMessage(Strict):
     tool_calls: list[dict[str, Any]] | None = None     # assistant: calls it made (checked by toolcalls/messages.py)
     tool_call_id: str | None = None                    # tool: the call this message answers
     reasoning_content: str | None = None               # assistant: its reasoning (templates such as Qwen3 use it)
+    # an answer's own fields, sent back when a client appends the returned message to the history (the openai
+    # SDK's helpers do, as their docs show): accepted and not shown to the model, as OpenAI does
+    refusal: str | None = None
+    annotations: list[Any] | None = None
+    audio: dict[str, Any] | None = None
+    function_call: dict[str, Any] | None = None
+    parsed: Any = None                                 # the openai SDK's parse() result
 
     def text(self) -> str:
         if isinstance(self.content, list):

@@ -226,9 +226,12 @@ class ResponsesRequest(_Strict):
     def chat_tools(self) -> list[dict[str, Any]] | None:
         if not self.tools:
             return None
-        return [{"type": "function", "function": {"name": t.name, "description": t.description or "",
-                                                  "parameters": t.parameters or {"type": "object", "properties": {}}}}
-                for t in self.tools]
+        # the chat shape a client of /v1/chat/completions would send (strict kept, no empty description): what
+        # the template writes for the tools is the same on both routes
+        return [{"type": "function", "function": {
+            "name": t.name, **({"description": t.description} if t.description is not None else {}),
+            "parameters": t.parameters or {"type": "object", "properties": {}},
+            **({"strict": t.strict} if t.strict is not None else {})}} for t in self.tools]
 
     def chat_tool_choice(self) -> str | dict[str, Any] | None:
         c = self.tool_choice
