@@ -14,6 +14,8 @@ options here are what is structurally true of the whole family.
     smollm3 llama whose every 4th layer skips RoPE (its q/k are not rotated).
     qwen3moe  qwen3 with a routed mixture-of-experts MLP (models/moe.py); top-k renormalised.
     qwen2moe  qwen2 with a routed MoE MLP plus a shared expert behind a sigmoid gate; top-k as routed.
+    phi3    llama whose GGUF stores q/k/v and gate/up fused (attn_qkv, ffn_up), unpermuted; partial rotary
+            (Phi-4-mini) and LongRoPE short/long factors are per-model numbers (ModelConfig, models/rope.py).
 """
 from __future__ import annotations
 
@@ -52,6 +54,7 @@ ARCHITECTURES: dict[str, ArchOptions] = {
     "smollm3": ArchOptions("smollm3", gguf_permuted_qk=True, hf_tied_by_default=True, gguf_no_rope_every=4),
     "qwen3moe": ArchOptions("qwen3moe", qk_norm=True, hf_model_types=("qwen3_moe",), gguf_norm_topk_prob=True),
     "qwen2moe": ArchOptions("qwen2moe", qkv_bias=True, hf_model_types=("qwen2_moe",)),
+    "phi3": ArchOptions("phi3", gguf_layer_names={"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}),
     "gemma3": ArchOptions(
         "gemma3", qk_norm=True, sandwich_norms=True, norm_plus_one=True, scale_embeddings=True,
         gguf_layer_names={"post_attention_norm": "post_attention_layernorm",

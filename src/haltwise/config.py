@@ -52,6 +52,7 @@ class ModelConfig:
     query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5; None = head_dim
     final_logit_softcapping: float | None = None  # logits = cap * tanh(logits / cap)
     rope_freq_factors: tuple[float, ...] | None = None  # GGUF rope_freqs: inv_freq / factor (llama3)
+    rotary_dim: int | None = None               # leading dims of each head RoPE rotates (phi3 partial); None = all
     # Mixture of experts (qwen2moe, qwen3moe; models/moe.py). num_experts 0 = every MLP is dense.
     num_experts: int = 0                        # experts per MoE layer
     num_experts_per_tok: int = 0                # experts each token is routed to (top-k)
@@ -68,6 +69,8 @@ class ModelConfig:
             raise ValueError(f"layer_types names {len(self.layer_types)} layers, the model has {self.num_layers}")
         if self.no_rope_layers and self.rope_local_theta is not None:
             raise ValueError("no_rope_layers and a sliding-layer rope base cannot be combined")
+        if self.rotary_dim is not None and not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and within 1..head_dim {self.head_dim}")
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} is outside 1..{self.num_experts}")
 

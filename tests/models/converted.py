@@ -52,6 +52,16 @@ SPECS = {
     # every 4th layer without RoPE (no_rope_layer_interval 4): layer 3 of 4
     "smollm3": Spec("SmolLM3Config", dict(SMALL, intermediate_size=96, tie_word_embeddings=True),
                     "HuggingFaceTB-SmolLM3-3B.jinja", "<|im_end|>", ("<think>", "</think>")),
+    # Phi-4-mini's shape: fused qkv / gate_up, partial rotary (0.75: 12 of 16 dims), LongRoPE short/long factors
+    # around an original window of 128 (prompts of PHI3_LONG_PROMPT tokens or more take the long ones)
+    "phi3": Spec("Phi3Config", dict(SMALL, intermediate_size=96, tie_word_embeddings=False,
+                                    original_max_position_embeddings=128,
+                                    rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
+                                                         partial_rotary_factor=0.75,
+                                                         short_factor=[1.0, 1.1, 1.3, 1.7, 2.2, 2.9],
+                                                         long_factor=[1.0, 1.5, 2.5, 4.0, 7.0, 12.0])),
+                 "microsoft-Phi-3.5-mini-instruct.jinja", "<|end|>", ("<|user|>", "<|assistant|>", "<|system|>"),
+                 tokenizer_config={"tokenizer_class": "GPT2Tokenizer"}),
 }
 MOE_FAMILIES = ("qwen3moe", "qwen2moe")
 

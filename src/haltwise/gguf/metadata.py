@@ -62,12 +62,32 @@ def _rope_scaling(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | 
     return {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
 
 
+def _longrope(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
+    """phi3's LongRoPE: the converter writes the short and long factors as tensors (rope_factors_short /
+    rope_factors_long), the original window and the attention factor as metadata, and no scaling type."""
+    factors = {t.name: tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
+               for t in reader.tensors if t.name in ("rope_factors_long.weight", "rope_factors_short.weight")}
+    if len(factors) != 2:
+        return None
+    scaling = {"rope_type": "longrope", "long_factor": list(factors["rope_factors_long.weight"]),
+               "short_factor": list(factors["rope_factors_short.weight"]),
+               "original_max_position_embeddings":
+                   int(_field(reader, f"{arch}.rope.scaling.original_context_length", window))}
+    attention = _field(reader, f"{arch}.rope.scaling.attn_factor")
+    return scaling if attention is None else {**scaling, "attention_factor": float(attention)}
+
+
 def _rope_freq_factors(reader: GGUFFile) -> tuple[float, ...] | None:
     """llama3-style per-frequency divisors stored as the `rope_freqs.weight` tensor, if any."""
     for t in reader.tensors:
         if t.name == "rope_freqs.weight":
             return tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
     return None
+
+
+def _rotary_dim(count: Any, head_dim: int) -> int | None:
+    """rope.dimension_count below the head size: partial rotary (Phi-4-mini); None = the whole head."""
+    return int(count) if count and int(count) < head_dim else None
 
 
 def _layer_types(pattern: Any, family_every: int | None, layers: int) -> tuple[str, ...]:
@@ -109,7 +129,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
     tied = "output.weight" not in names
     check_fits_file(implied_parameters(int(vocab), hidden, layers, heads, kv_heads, head_dim, ffn, tied),
                     Path(path).stat().st_size, path)
-    sliding = _field(reader, f"{arch}.attention.sliding_window")
+    sliding = _field(reader, f"{arch}.attention.sliding_window") or None    # phi3 writes 0 for none
     layer_types = None
     if sliding is not None:
         layer_types = _layer_types(_field(reader, f"{arch}.attention.sliding_window_pattern"),
@@ -127,7 +147,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
         tie_word_embeddings=tied,
-        rope_scaling=_rope_scaling(reader, arch, window),
+        rope_scaling=_longrope(reader, arch, window) or _rope_scaling(reader, arch, window),
         bos_token_id=None if bos is None else int(bos),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         architecture=options.name,
@@ -141,6 +161,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
         final_logit_softcapping=None if softcap is None else float(softcap),
         rope_freq_factors=_rope_freq_factors(reader),
+        rotary_dim=_rotary_dim(_field(reader, f"{arch}.rope.dimension_count"), head_dim),
         no_rope_layers=tuple(i for i in range(layers) if options.gguf_no_rope_every
                              and (i + 1) % options.gguf_no_rope_every == 0),
         **_experts(reader, arch, options.gguf_norm_topk_prob, path, layers * hidden),

@@ -57,7 +57,8 @@ _LAYER_NAMES = {  # GGUF per-block name -> Hugging Face suffix under model.layer
 _EXPERT_NAMES = {"ffn_gate_exps": "mlp.experts.#.gate_proj", "ffn_up_exps": "mlp.experts.#.up_proj",
                  "ffn_down_exps": "mlp.experts.#.down_proj"}
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_IGNORED = {"rope_freqs"}  # llama3 frequency factors: read into ModelConfig.rope_freq_factors
+# llama3 frequency factors (ModelConfig.rope_freq_factors), phi3's LongRoPE factors (ModelConfig.rope_scaling)
+_IGNORED = {"rope_freqs", "rope_factors_long", "rope_factors_short"}
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 

@@ -28,9 +28,23 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in (value if isinstance(value, list) else [value]))
 
 
-def _scaling(params: dict[str, Any]) -> dict[str, Any] | None:
+def _scaling(params: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any] | None:
     kind = params.get("rope_type", params.get("type", "default"))
-    return None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
+    if kind == "default":
+        return None
+    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    if kind in ("su", "longrope"):                      # Phi-3's early configs say "su"; the window may be top-level
+        scaling = {**scaling, "rope_type": "longrope"}
+        scaling.pop("type", None)
+        scaling.setdefault("original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
+    return scaling
+
+
+def _rotary_dim(cfg: dict[str, Any], head_dim: int) -> int | None:
+    """Dims of each head RoPE rotates (partial_rotary_factor, in rope_parameters or top-level); None = all."""
+    factor = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor") or cfg.get("partial_rotary_factor")
+    dim = int(head_dim * float(factor)) if factor else head_dim
+    return None if dim == head_dim else dim
 
 
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None, float | None]:
@@ -43,7 +57,7 @@ def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None, float | No
         params = dict(params["full_attention"])
     theta = float(params.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
     scaling = cfg.get("rope_scaling") or params or None
-    return theta, _scaling(scaling) if scaling else None, None if local is None else float(local)
+    return theta, _scaling(scaling, cfg) if scaling else None, None if local is None else float(local)
 
 
 def _windows(cfg: dict[str, Any], options: ArchOptions, layers: int) -> tuple[int | None, tuple[str, ...] | None]:
@@ -85,6 +99,7 @@ def hf_config(directory: Path) -> ModelConfig:
         theta, scaling, local = _rope(cfg)
         window, layer_types = _windows(cfg, options, layers)
         softcap = cfg.get("final_logit_softcapping")
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
         return ModelConfig(
             vocab_size=int(cfg["vocab_size"]),
             hidden_size=hidden,
@@ -92,7 +107,7 @@ def hf_config(directory: Path) -> ModelConfig:
             num_layers=layers,
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            head_dim=head_dim,
             max_position_embeddings=int(cfg["max_position_embeddings"]),
             rope_theta=theta,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
@@ -108,6 +123,7 @@ def hf_config(directory: Path) -> ModelConfig:
             rope_local_theta=local if window is not None else None,
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
             final_logit_softcapping=None if softcap is None else float(softcap),
+            rotary_dim=_rotary_dim(cfg, head_dim),
             # smollm3: no_rope_layers[i] is 1 where layer i uses RoPE
             no_rope_layers=tuple(i for i, use in enumerate(cfg.get("no_rope_layers") or ()) if not use),
             **_experts(cfg, layers),

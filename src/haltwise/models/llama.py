@@ -58,6 +58,7 @@ class Attention(nn.Module):
         self.qk_norm = options.qk_norm
         self.scale = (config.query_pre_attn_scalar or self.head_dim) ** -0.5
         self.window = config.sliding_window if config.is_sliding(layer) else None  # None = full context
+        self.rotary_dim = config.rotary_dim            # partial rotary (phi3); None = the whole head
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)."""
@@ -67,7 +68,7 @@ class Attention(nn.Module):
         if self.qk_norm:
             qk = torch.cat([self.q_norm(qk[:, :H]), self.k_norm(qk[:, H:])], dim=1)
         # q and k heads sit side by side: rotate them as one (T, H + KV, D) tensor.
-        qk = apply_rotary(qk, *rope)
+        qk = apply_rotary(qk, *rope, self.rotary_dim)
         q, k = qk[:, :H], qk[:, H:]                                             # (T, H, D), (T, KV, D)
         v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, D)  # (T, KV, D)
         if self.window is not None and meta.window is not None:

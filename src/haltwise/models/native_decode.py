@@ -67,6 +67,8 @@ class NativeDecode:
         stack = module.DecodeStack(attn.num_heads, attn.num_kv_heads, attn.head_dim, model.norm.weight.shape[0],
                                    mlp.intermediate_size, first.input_layernorm.eps, first.input_layernorm.plus_one,
                                    act, first.sandwich, isa)
+        if attn.rotary_dim is not None:         # partial rotary (phi3): the tables still hold head_dim values
+            stack.set_rotary_dim(attn.rotary_dim)
         for layer, group in zip(model.layers, linears, strict=True):
             norms = [layer.input_layernorm, layer.post_attention_layernorm]
             if layer.sandwich:
