@@ -11,6 +11,8 @@ options here are what is structurally true of the whole family.
     gemma3  embeddings x sqrt(hidden); RMSNorm scales by (1 + w) in float32; four norms per layer
             (input, post-attention, pre- and post-feedforward); q/k norms; GELU-tanh MLP; sliding
             layers with their own RoPE base; no llama.cpp q/k permutation in GGUF.
+    gemma2  gemma3 without q/k norms and without a separate sliding-layer RoPE base; every 2nd layer global;
+            attention scores and final logits soft-capped (per-model caps in ModelConfig).
     smollm3 llama whose every 4th layer skips RoPE (its q/k are not rotated).
     qwen3moe  qwen3 with a routed mixture-of-experts MLP (models/moe.py); top-k renormalised.
     qwen2moe  qwen2 with a routed MoE MLP plus a shared expert behind a sigmoid gate; top-k as routed.
@@ -47,6 +49,10 @@ class ArchOptions:
     gguf_no_rope_every: int | None = None           # every n-th layer (1-based) has no RoPE (llama.cpp's rule)
 
 
+# Gemma's four norms per layer, as llama.cpp names them (its ffn_norm is the pre-feedforward norm).
+_GEMMA_NORMS = {"post_attention_norm": "post_attention_layernorm", "ffn_norm": "pre_feedforward_layernorm",
+                "post_ffw_norm": "post_feedforward_layernorm"}
+
 ARCHITECTURES: dict[str, ArchOptions] = {
     "llama": ArchOptions("llama", gguf_permuted_qk=True, hf_model_types=("mistral",)),
     "qwen2": ArchOptions("qwen2", qkv_bias=True),
@@ -55,11 +61,12 @@ ARCHITECTURES: dict[str, ArchOptions] = {
     "qwen3moe": ArchOptions("qwen3moe", qk_norm=True, hf_model_types=("qwen3_moe",), gguf_norm_topk_prob=True),
     "qwen2moe": ArchOptions("qwen2moe", qkv_bias=True, hf_model_types=("qwen2_moe",)),
     "phi3": ArchOptions("phi3", gguf_layer_names={"attn_qkv": "self_attn.qkv_proj", "ffn_up": "mlp.gate_up_proj"}),
+    "gemma2": ArchOptions(
+        "gemma2", sandwich_norms=True, norm_plus_one=True, scale_embeddings=True, gguf_layer_names=_GEMMA_NORMS,
+        hf_tied_by_default=True, hidden_act="gelu_pytorch_tanh", gguf_window_every=2),
     "gemma3": ArchOptions(
         "gemma3", qk_norm=True, sandwich_norms=True, norm_plus_one=True, scale_embeddings=True,
-        gguf_layer_names={"post_attention_norm": "post_attention_layernorm",
-                          "ffn_norm": "pre_feedforward_layernorm",
-                          "post_ffw_norm": "post_feedforward_layernorm"},
+        gguf_layer_names=_GEMMA_NORMS,
         hf_model_types=("gemma3_text",), hf_tied_by_default=True, hidden_act="gelu_pytorch_tanh",
         gguf_local_rope_theta=10000.0, gguf_window_every=6),
 }

@@ -51,6 +51,7 @@ class ModelConfig:
     rope_local_theta: float | None = None       # RoPE base of sliding layers (gemma3); None = rope_theta
     query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5; None = head_dim
     final_logit_softcapping: float | None = None  # logits = cap * tanh(logits / cap)
+    attn_logit_softcapping: float | None = None   # attention scores = cap * tanh(scores / cap) (gemma2)
     rope_freq_factors: tuple[float, ...] | None = None  # GGUF rope_freqs: inv_freq / factor (llama3)
     rotary_dim: int | None = None               # leading dims of each head RoPE rotates (phi3 partial); None = all
     # Mixture of experts (qwen2moe, qwen3moe; models/moe.py). num_experts 0 = every MLP is dense.

@@ -41,6 +41,7 @@ class Spec:
     end_token: str               # the family's end-of-turn token (added as special when the base lacks it)
     added: tuple[str, ...] = ()  # further special tokens the template writes
     tokenizer_config: dict = field(default_factory=dict)
+    sentencepiece: bool = False  # the converter reads this family's vocabulary from tokenizer.model (gemma2)
 
 
 SPECS = {
@@ -62,6 +63,11 @@ SPECS = {
                                                          long_factor=[1.0, 1.5, 2.5, 4.0, 7.0, 12.0])),
                  "microsoft-Phi-3.5-mini-instruct.jinja", "<|end|>", ("<|user|>", "<|assistant|>", "<|system|>"),
                  tokenizer_config={"tokenizer_class": "GPT2Tokenizer"}),
+    # every 2nd layer global, window 8 (prompts here span several); caps low enough that random weights reach
+    # them; query_pre_attn_scalar = head_dim, which GGUF leaves implicit (llama.cpp's rule below 27B)
+    "gemma2": Spec("Gemma2Config", dict(SMALL, intermediate_size=96, sliding_window=8, query_pre_attn_scalar=16,
+                                        attn_logit_softcapping=3.0, final_logit_softcapping=5.0),
+                   "google-gemma-2-2b-it.jinja", "<end_of_turn>", ("<start_of_turn>",), sentencepiece=True),
 }
 MOE_FAMILIES = ("qwen3moe", "qwen2moe")
 
@@ -82,7 +88,8 @@ def require_converter() -> None:
 def _digest(arch: str) -> str:
     spec = SPECS[arch]
     h = hashlib.sha256(json.dumps([arch, spec.config_class, spec.config, spec.template, spec.end_token, spec.added,
-                                   spec.tokenizer_config, transformers.__version__], sort_keys=True).encode())
+                                   spec.tokenizer_config, spec.sentencepiece, transformers.__version__],
+                                  sort_keys=True).encode())
     h.update((LLAMA_CPP / "convert_hf_to_gguf.py").read_bytes())
     return h.hexdigest()[:12]
 
@@ -135,11 +142,39 @@ def fixture(arch: str) -> Fixture:
     return Fixture(arch, root)
 
 
+def _sentencepiece_tokenizer(root: Path, symbols: tuple[str, ...]) -> Path:
+    """A small SentencePiece BPE model (byte fallback, the family's turn markers as user symbols) trained on
+    transformers' generation source, saved with the HF tokenizer transformers derives from it: families whose
+    converter reads only tokenizer.model (gemma2) get a real SentencePiece vocabulary of their own."""
+    import inspect
+
+    import sentencepiece
+    from transformers.generation import utils
+
+    out = root / "spm"
+    out.mkdir(parents=True)
+    corpus = out / "corpus.txt"
+    corpus.write_text(inspect.getsource(utils), encoding="utf-8")
+    sentencepiece.SentencePieceTrainer.train(
+        input=str(corpus), model_prefix=str(out / "tokenizer"), vocab_size=1000, model_type="bpe", byte_fallback=True,
+        character_coverage=1.0, user_defined_symbols=list(symbols), pad_id=0, eos_id=1, bos_id=2, unk_id=3,
+        pad_piece="<pad>", eos_piece="<eos>", bos_piece="<bos>", unk_piece="<unk>", num_threads=1, minloglevel=2,
+        add_dummy_prefix=False, split_digits=True, remove_extra_whitespaces=False,
+        normalization_rule_name="identity")
+    corpus.unlink()
+    (out / "tokenizer.vocab").unlink()
+    (out / "tokenizer_config.json").write_text(json.dumps({"tokenizer_class": "GemmaTokenizer"}))
+    return out
+
+
 def _build(arch: str, root: Path) -> None:
     spec = SPECS[arch]
-    tok = transformers.AutoTokenizer.from_pretrained(_base_tokenizer())
-    tok.add_special_tokens({"additional_special_tokens": [t for t in (spec.end_token, *spec.added)
-                                                          if t not in tok.get_vocab()]})
+    symbols = (spec.end_token, *spec.added)
+    base = _sentencepiece_tokenizer(root, symbols) if spec.sentencepiece else _base_tokenizer()
+    tok = transformers.AutoTokenizer.from_pretrained(base)
+    # (a SentencePiece vocabulary holds the symbols already: they are only marked special)
+    tok.add_special_tokens({"additional_special_tokens": list(symbols) if spec.sentencepiece else
+                            [t for t in symbols if t not in tok.get_vocab()]})
     tok.eos_token = spec.end_token
     tok.chat_template = (LLAMA_CPP / "models" / "templates" / spec.template).read_text(encoding="utf-8")
     ids = tok.get_vocab()
@@ -155,6 +190,8 @@ def _build(arch: str, root: Path) -> None:
     hf = root / "hf"
     model.save_pretrained(hf, safe_serialization=True)
     tok.save_pretrained(hf)
+    if spec.sentencepiece:
+        shutil.copy(base / "tokenizer.model", hf / "tokenizer.model")
     if spec.tokenizer_config:
         cfg_path = hf / "tokenizer_config.json"
         cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **spec.tokenizer_config}, indent=1))

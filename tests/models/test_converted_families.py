@@ -78,6 +78,10 @@ def test_gguf_config_reads_the_family(family):
     f, _ = family
     config = load_model(f.gguf("f32"), dtype="float32").config
     assert config.no_rope_layers == ((3,) if f.arch == "smollm3" else ())
+    if f.arch == "gemma2":      # the converter writes the caps and the window; the alternation is llama.cpp's rule
+        assert (config.attn_logit_softcapping, config.final_logit_softcapping, config.sliding_window) == (3.0, 5.0, 8)
+        assert config.layer_types == ("sliding_attention", "full_attention") * 2
+        assert config.rope_local_theta is None
     if f.arch not in MOE_FAMILIES:
         assert config.num_experts == 0
         return

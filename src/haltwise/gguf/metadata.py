@@ -135,6 +135,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         layer_types = _layer_types(_field(reader, f"{arch}.attention.sliding_window_pattern"),
                                    options.gguf_window_every, layers)
     softcap = _field(reader, f"{arch}.final_logit_softcapping")
+    attn_softcap = _field(reader, f"{arch}.attn_logit_softcapping")
     return ModelConfig(
         vocab_size=int(vocab),
         hidden_size=hidden,
@@ -160,6 +161,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         # query_pre_attn_scalar stays None (= head_dim): GGUF does not store it; Gemma 3's is head_dim
         # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
         final_logit_softcapping=None if softcap is None else float(softcap),
+        attn_logit_softcapping=None if attn_softcap is None else float(attn_softcap),
         rope_freq_factors=_rope_freq_factors(reader),
         rotary_dim=_rotary_dim(_field(reader, f"{arch}.rope.dimension_count"), head_dim),
         no_rope_layers=tuple(i for i in range(layers) if options.gguf_no_rope_every

@@ -123,6 +123,8 @@ def hf_config(directory: Path) -> ModelConfig:
             rope_local_theta=local if window is not None else None,
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
             final_logit_softcapping=None if softcap is None else float(softcap),
+            attn_logit_softcapping=None if cfg.get("attn_logit_softcapping") is None
+            else float(cfg["attn_logit_softcapping"]),
             rotary_dim=_rotary_dim(cfg, head_dim),
             # smollm3: no_rope_layers[i] is 1 where layer i uses RoPE
             no_rope_layers=tuple(i for i, use in enumerate(cfg.get("no_rope_layers") or ()) if not use),

@@ -22,6 +22,7 @@ from haltwise.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
 from haltwise.models.moe import SparseMoE
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
+from haltwise.models.softcap_attention import softcapped_attention
 from haltwise.models.weights import WeightLoading
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # each (num_blocks, block_size, num_kv_heads, head_dim)
@@ -59,6 +60,7 @@ class Attention(nn.Module):
         self.scale = (config.query_pre_attn_scalar or self.head_dim) ** -0.5
         self.window = config.sliding_window if config.is_sliding(layer) else None  # None = full context
         self.rotary_dim = config.rotary_dim            # partial rotary (phi3); None = the whole head
+        self.softcap = config.attn_logit_softcapping   # gemma2: scores = cap * tanh(scores / cap); None = off
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)."""
@@ -74,7 +76,10 @@ class Attention(nn.Module):
         if self.window is not None and meta.window is not None:
             meta = meta.window                   # this layer's KV lives in the sliding layers' own pool
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
-        out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
+        if self.softcap:
+            out = softcapped_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.softcap, self.window)
+        else:
+            out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))
 
 
