@@ -1,7 +1,9 @@
-"""The default path's native layer stack on the converted families that run it (phi3: partial rotary,
-LongRoPE tables), on the converter's q8_0 file: close to the float32 Python layers on the same file, and
-every-step batch invariant (a sequence's logits the same bits however its prompt is chunked or batched),
-as tests/models/test_native_stack_rows.py checks for the hand-written families."""
+"""The default path (--dtype auto: planned linears) on the converted dense families, on the converter's q8_0 file.
+
+phi3 runs the native layer stack every step (partial rotary, LongRoPE tables): close to the float32 Python
+layers on the same file. gemma2 cannot (no soft-capped attention there) and runs the Python layers with the
+planned linears. Either way a sequence's logits are the same bits however its prompt is chunked or batched, as
+tests/models/test_native_stack_rows.py checks for the hand-written families."""
 import pytest
 import torch
 
@@ -17,6 +19,7 @@ from tests.models.test_native_stack_rows import _prompt, _prompt_logits
 
 pytestmark = pytest.mark.slow
 NATIVE_FAMILIES = ("phi3",)
+PYTHON_FAMILIES = {"gemma2": "soft-capping"}       # default path on the Python layers, and why
 
 
 @pytest.fixture(autouse=True)
@@ -27,12 +30,16 @@ def no_caches(monkeypatch):
 
 
 def _models(arch):
-    """(the q8_0 file planned with the every-step stack, the same file in plain float32 Python layers)."""
+    """(the q8_0 file planned as the default path plans it -- with the every-step stack where the family runs
+    it --, the same file in plain float32 Python layers)."""
     path = fixture(arch).gguf("q8_0")
     planned, reference = load_model(path, max_model_len=64).model, load_model(path, max_model_len=64).model
     plan_model(planned, path, formats=[GGUFNative(), get("float32-native")], use_cache=False, batch_invariant=True)
     stack, why = NativeDecode.build(planned.model, every_step=True, head=planned.lm_head)
-    assert stack is not None and stack.every_step, why
+    if arch in PYTHON_FAMILIES:
+        assert stack is None and PYTHON_FAMILIES[arch] in why
+    else:
+        assert stack is not None and stack.every_step, why
     planned.model.native_decode = stack
     return planned, reference
 
@@ -50,8 +57,8 @@ def test_stack_matches_float32_layers(arch):
         assert err < 2.5 * GGUFNative.tolerance, f"{arch} step {i}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("arch", NATIVE_FAMILIES)
-def test_every_step_stack_is_chunk_and_batch_invariant(arch):
+@pytest.mark.parametrize("arch", [*NATIVE_FAMILIES, *PYTHON_FAMILIES])
+def test_default_path_is_chunk_and_batch_invariant(arch):
     planned, _ = _models(arch)
     prompt = _prompt(21, 7)
     alone = PagedRunner(planned, num_seqs=1, max_len=64, block_size=4)
