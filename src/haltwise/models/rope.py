@@ -92,6 +92,11 @@ def _llama3(base: float, dim: int, rs: dict[str, Any], max_pos: int) -> torch.Te
     return torch.where(medium, smoothed, scaled)
 
 
+def longrope_long(rs: dict[str, Any], max_pos: int, seq_len: int | None) -> bool:
+    """Whether LongRoPE takes its long factors for a table (or sequence) of seq_len positions."""
+    return bool(seq_len and seq_len > (rs.get("original_max_position_embeddings") or max_pos))
+
+
 def _longrope(base: float, dim: int, rs: dict[str, Any], max_pos: int, seq_len: int | None) -> tuple[torch.Tensor, float]:
     original = rs.get("original_max_position_embeddings") or max_pos
     factor = rs.get("factor")
@@ -100,7 +105,7 @@ def _longrope(base: float, dim: int, rs: dict[str, Any], max_pos: int, seq_len: 
     attention = rs.get("attention_factor")
     if attention is None:
         attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
-    ext = torch.tensor(rs["long_factor"] if seq_len and seq_len > original else rs["short_factor"],
+    ext = torch.tensor(rs["long_factor"] if longrope_long(rs, max_pos, seq_len) else rs["short_factor"],
                        dtype=torch.float32)                                                   # (dim/2,)
     return 1.0 / (ext * base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), attention
 
