@@ -97,7 +97,8 @@ def longrope_long(rs: dict[str, Any], max_pos: int, seq_len: int | None) -> bool
     return bool(seq_len and seq_len > (rs.get("original_max_position_embeddings") or max_pos))
 
 
-def _longrope(base: float, dim: int, rs: dict[str, Any], max_pos: int, seq_len: int | None) -> tuple[torch.Tensor, float]:
+def _longrope(base: float, dim: int, rs: dict[str, Any], max_pos: int,
+              seq_len: int | None) -> tuple[torch.Tensor, float]:
     original = rs.get("original_max_position_embeddings") or max_pos
     factor = rs.get("factor")
     if factor is None:
