@@ -61,6 +61,10 @@ class ModelConfig:
     norm_topk_prob: bool = False                # renormalise the top-k router probabilities to sum to 1
     shared_expert_intermediate_size: int = 0    # qwen2moe's always-on expert behind a sigmoid gate; 0 = none
     mlp_only_layers: tuple[int, ...] = ()       # layers that keep a dense MLP in an MoE model
+    # gpt-oss: the router takes top-k of its biased logits, then softmax over the k ("topk_softmax"; the
+    # others: "softmax_topk"); experts carry biases and run the clamped GLU (alpha, limit) of models/moe.py
+    moe_router: str = "softmax_topk"
+    expert_glu: tuple[float, float] | None = None
     no_rope_layers: tuple[int, ...] = ()        # layers whose q/k are not rotated (smollm3: every 4th)
 
     def __post_init__(self) -> None:

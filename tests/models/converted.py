@@ -68,8 +68,17 @@ SPECS = {
     "gemma2": Spec("Gemma2Config", dict(SMALL, intermediate_size=96, sliding_window=8, query_pre_attn_scalar=16,
                                         attn_logit_softcapping=3.0, final_logit_softcapping=5.0),
                    "google-gemma-2-2b-it.jinja", "<end_of_turn>", ("<start_of_turn>",), sentencepiece=True),
+    # 8 experts of width 32, top-2; every 2nd layer global (window 8); YaRN x4 over 128 without rounding (as the
+    # released config); harmony's special tokens
+    "gpt-oss": Spec("GptOssConfig", dict(SMALL, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
+                                         sliding_window=8, tie_word_embeddings=False,
+                                         rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=4.0,
+                                                              beta_fast=32.0, beta_slow=1.0, truncate=False,
+                                                              original_max_position_embeddings=128)),
+                    "openai-gpt-oss-120b.jinja", "<|return|>",
+                    ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|constrain|>")),
 }
-MOE_FAMILIES = ("qwen3moe", "qwen2moe")
+MOE_FAMILIES = ("qwen3moe", "qwen2moe", "gpt-oss")
 
 
 def converter_missing() -> str | None:
@@ -183,10 +192,10 @@ def _build(arch: str, root: Path) -> None:
         pad_token_id=tok.pad_token_id)
     torch.manual_seed(0)
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
-    with torch.no_grad():   # norms and biases perturbed so they matter; routers spread so experts differ
+    with torch.no_grad():   # norms and biases perturbed so they matter; routers (and sinks) spread so they differ
         for name, p in model.named_parameters():
-            p.add_((0.3 if "norm" in name else 1.0 if name.endswith("mlp.gate.weight") else 0.05)
-                   * torch.randn_like(p))
+            router = name.endswith(("mlp.gate.weight", "mlp.router.weight", "self_attn.sinks"))
+            p.add_((0.3 if "norm" in name else 1.0 if router else 0.05) * torch.randn_like(p))
     hf = root / "hf"
     model.save_pretrained(hf, safe_serialization=True)
     tok.save_pretrained(hf)

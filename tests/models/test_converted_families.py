@@ -86,6 +86,11 @@ def test_gguf_config_reads_the_family(family):
         assert config.num_experts == 0
         return
     assert (config.num_experts, config.num_experts_per_tok, config.moe_intermediate_size) == (8, 2, 32)
+    if f.arch == "gpt-oss":     # what GGUF leaves implicit comes from llama.cpp's rules for the family
+        assert (config.moe_router, config.expert_glu) == ("topk_softmax", (1.702, 7.0))
+        assert config.rope_scaling["truncate"] is False and config.rope_scaling["factor"] == 4.0
+        assert config.layer_types == ("sliding_attention", "full_attention") * 2 and config.sliding_window == 8
+        return
     assert config.norm_topk_prob == (f.arch == "qwen3moe")            # llama.cpp's rule per family
     assert config.shared_expert_intermediate_size == (48 if f.arch == "qwen2moe" else 0)
 

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from haltwise.config import ModelConfig
-from haltwise.architectures import family_of, window_pattern
+from haltwise.architectures import ArchOptions, family_of, window_pattern
 from haltwise.errors import ModelLoadError
 from haltwise.gguf.file import GGUFFile
 from haltwise.gguf.bounds import check_dimensions, check_fits_file, implied_parameters
@@ -53,13 +53,18 @@ def forget_opened() -> None:
     _last_opened.clear()
 
 
-def _rope_scaling(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
+def _rope_scaling(reader: GGUFFile, arch: str, window: int, truncate: bool) -> dict[str, Any] | None:
     kind = _field(reader, f"{arch}.rope.scaling.type")
     factor = _field(reader, f"{arch}.rope.scaling.factor")
     if not kind or kind == "none" or not factor:
         return None
     original = _field(reader, f"{arch}.rope.scaling.original_context_length", window)
-    return {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
+    scaling = {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
+    if kind == "yarn":      # the betas when the file states them; the rounding is the family's (architectures.py)
+        betas = {key: float(_field(reader, f"{arch}.rope.scaling.yarn_{key}")) for key in ("beta_fast", "beta_slow")
+                 if _field(reader, f"{arch}.rope.scaling.yarn_{key}") is not None}
+        scaling = {**scaling, **betas, **({} if truncate else {"truncate": False})}
+    return scaling
 
 
 def _longrope(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
@@ -148,7 +153,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
         tie_word_embeddings=tied,
-        rope_scaling=_longrope(reader, arch, window) or _rope_scaling(reader, arch, window),
+        rope_scaling=_longrope(reader, arch, window) or _rope_scaling(reader, arch, window, options.gguf_yarn_truncate),
         bos_token_id=None if bos is None else int(bos),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         architecture=options.name,
@@ -166,11 +171,11 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         rotary_dim=_rotary_dim(_field(reader, f"{arch}.rope.dimension_count"), head_dim),
         no_rope_layers=tuple(i for i in range(layers) if options.gguf_no_rope_every
                              and (i + 1) % options.gguf_no_rope_every == 0),
-        **_experts(reader, arch, options.gguf_norm_topk_prob, path, layers * hidden),
+        **_experts(reader, arch, options, path, layers * hidden),
     )
 
 
-def _experts(reader: GGUFFile, arch: str, norm_topk_prob: bool, path: Path, layer_hidden: int) -> dict[str, Any]:
+def _experts(reader: GGUFFile, arch: str, options: ArchOptions, path: Path, layer_hidden: int) -> dict[str, Any]:
     """The MoE fields of ModelConfig ({} for a dense model). GGUF does not store norm_topk_prob: llama.cpp
     fixes it per family, and so do we."""
     experts = _field(reader, f"{arch}.expert_count")
@@ -185,5 +190,6 @@ def _experts(reader: GGUFFile, arch: str, norm_topk_prob: bool, path: Path, laye
                       "expert_feed_forward_length": int(width)}, path)
     check_fits_file(layer_hidden * int(experts) * 3 * int(width), Path(path).stat().st_size, path)
     return dict(num_experts=int(experts), num_experts_per_tok=int(used), moe_intermediate_size=int(width),
-                norm_topk_prob=norm_topk_prob,
+                norm_topk_prob=options.gguf_norm_topk_prob, expert_glu=options.gguf_expert_glu,
+                moe_router="topk_softmax" if options.gguf_expert_glu else "softmax_topk",
                 shared_expert_intermediate_size=int(_field(reader, f"{arch}.expert_shared_feed_forward_length", 0)))

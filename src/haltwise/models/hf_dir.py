@@ -75,7 +75,7 @@ def _windows(cfg: dict[str, Any], options: ArchOptions, layers: int) -> tuple[in
     return int(window), tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
 
 
-def _experts(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
+def _experts(cfg: dict[str, Any], layers: int, options: ArchOptions) -> dict[str, Any]:
     """The MoE fields of ModelConfig ({} for a dense model): as transformers' Qwen MoE decoder layers decide,
     a layer is sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
     experts = cfg.get("num_experts") or cfg.get("num_local_experts")     # transformers 5 saves the latter
@@ -83,8 +83,12 @@ def _experts(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
         return {}
     step = int(cfg.get("decoder_sparse_step", 1))
     dense = {int(i) for i in cfg.get("mlp_only_layers") or ()} | {i for i in range(layers) if (i + 1) % step}
+    glu = options.gguf_expert_glu            # gpt-oss: experts as wide as intermediate_size, a clamped GLU
+    if glu is not None:
+        glu = (float(cfg.get("swiglu_alpha", glu[0])), float(cfg.get("swiglu_limit", glu[1])))
     return dict(num_experts=int(experts), num_experts_per_tok=int(cfg["num_experts_per_tok"]),
-                moe_intermediate_size=int(cfg["moe_intermediate_size"]),
+                moe_intermediate_size=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+                moe_router="topk_softmax" if glu else "softmax_topk", expert_glu=glu,
                 norm_topk_prob=bool(cfg.get("norm_topk_prob", False)),
                 shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
                 mlp_only_layers=tuple(sorted(dense)))
@@ -128,7 +132,7 @@ def hf_config(directory: Path) -> ModelConfig:
             rotary_dim=_rotary_dim(cfg, head_dim),
             # smollm3: no_rope_layers[i] is 1 where layer i uses RoPE
             no_rope_layers=tuple(i for i, use in enumerate(cfg.get("no_rope_layers") or ()) if not use),
-            **_experts(cfg, layers),
+            **_experts(cfg, layers, options),
         )
     except KeyError as e:
         raise ModelLoadError(f"{directory}/config.json: missing key {e}") from None

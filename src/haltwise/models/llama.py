@@ -22,7 +22,7 @@ from haltwise.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
 from haltwise.models.moe import SparseMoE
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
-from haltwise.models.softcap_attention import softcapped_attention
+from haltwise.models.row_attention import AttentionSinks, row_attention
 from haltwise.models.weights import WeightLoading
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # each (num_blocks, block_size, num_kv_heads, head_dim)
@@ -52,7 +52,8 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=options.o_bias)
+        self.sinks = AttentionSinks(self.num_heads) if options.attention_sinks else None
         if options.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, options.norm_plus_one)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, options.norm_plus_one)
@@ -76,8 +77,9 @@ class Attention(nn.Module):
         if self.window is not None and meta.window is not None:
             meta = meta.window                   # this layer's KV lives in the sliding layers' own pool
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
-        if self.softcap:
-            out = softcapped_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.softcap, self.window)
+        if self.softcap or self.sinks is not None:
+            out = row_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.softcap, self.window,
+                                None if self.sinks is None else self.sinks.weight)
         else:
             out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))

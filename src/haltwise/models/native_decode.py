@@ -47,7 +47,7 @@ class NativeDecode:
         if any(not hasattr(layer.mlp, "gate_up_proj") for layer in model.layers):
             return None, "mixture-of-experts layers run in Python (models/moe.py): the native stack has no MoE"
         if any(layer.self_attn.softcap for layer in model.layers):
-            return None, "attention soft-capping (gemma2) runs in Python (models/softcap_attention.py): the native " \
+            return None, "attention soft-capping (gemma2) runs in Python (models/row_attention.py): the native " \
                          "stack has no soft-capped attention"
         first = model.layers[0]
         attn, mlp = first.self_attn, first.mlp
