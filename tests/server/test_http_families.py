@@ -4,7 +4,8 @@ Each model is tests/models/converted.py's fixture of the family (llama.cpp's con
 template and end tokens in the GGUF). Per family: the determinism probe of test_http_determinism.py (alone 4
 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others); a chat rendered by the family's
 template on /v1/chat/completions and /v1/messages (the same prompt tokens, the same greedy text); and each of the
-family's end tokens, once generated, ends the reply as a stop and never shows in the text.
+family's end tokens, once generated, ends the reply as a stop and never shows in the text. gpt-oss (an MoE with
+attention sinks) runs the Python layers; its harmony <|end|> closes a message, not the reply.
 """
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from tests.server.test_http_determinism import OTHERS, TARGET, complete
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 SHORT_TARGET = {**TARGET, "max_tokens": 16}
-END_TOKENS = {"phi3": ("<|end|>", "<|endoftext|>"), "gemma2": ("<end_of_turn>", "<eos>")}
+END_TOKENS = {"phi3": ("<|end|>", "<|endoftext|>"), "gemma2": ("<end_of_turn>", "<eos>"),
+              "gpt-oss": ("<|return|>", "<|call|>")}
 CHAT = [{"role": "user", "content": "Say hi."}]
 
 
@@ -74,3 +76,15 @@ def test_end_tokens_stop_the_reply(family, which) -> None:
     assert reply.status_code == 200, reply.text
     choice = reply.json()["choices"][0]
     assert choice["finish_reason"] == "stop" and choice["message"]["content"] == "", choice
+
+
+def test_harmony_end_closes_a_message_not_the_reply() -> None:
+    """gpt-oss: <|return|> and <|call|> end the reply; <|end|> (after the analysis channel) does not. Phi-3's
+    <|end|> still ends its turn."""
+    harmony = Tokenizer.from_gguf(fixture("gpt-oss").gguf("q8_0"))
+    eos = harmony.eos_token_ids()
+    assert {harmony.token_to_id("<|return|>"), harmony.token_to_id("<|call|>")} <= eos
+    assert harmony.token_to_id("<|end|>") not in eos
+    assert harmony.token_to_id("<|end|>") not in harmony.eos_token_ids([harmony.token_to_id("<|end|>")])
+    phi3 = Tokenizer.from_gguf(fixture("phi3").gguf("q8_0"))
+    assert phi3.token_to_id("<|end|>") in phi3.eos_token_ids()
