@@ -71,7 +71,7 @@ SPECS = {
     # 8 experts of width 32, top-2; every 2nd layer global (window 8); YaRN x4 over 128 without rounding (as the
     # released config); harmony's special tokens
     "gpt-oss": Spec("GptOssConfig", dict(SMALL, intermediate_size=32, num_local_experts=8, num_experts_per_tok=2,
-                                         sliding_window=8, tie_word_embeddings=False,
+                                         sliding_window=8, tie_word_embeddings=False, swiglu_limit=7.0,
                                          rope_parameters=dict(rope_type="yarn", rope_theta=150000.0, factor=4.0,
                                                               beta_fast=32.0, beta_slow=1.0, truncate=False,
                                                               original_max_position_embeddings=128)),
@@ -194,7 +194,8 @@ def _build(arch: str, root: Path) -> None:
     model = transformers.AutoModelForCausalLM.from_config(config, dtype=torch.float32).eval()
     with torch.no_grad():   # norms and biases perturbed so they matter; routers (and sinks) spread so they differ
         for name, p in model.named_parameters():
-            router = name.endswith(("mlp.gate.weight", "mlp.router.weight", "self_attn.sinks"))
+            # (gpt-oss's gate_up too: its GLU clamps at swiglu_limit, which small weights never reach)
+            router = name.endswith(("mlp.gate.weight", "mlp.router.weight", "self_attn.sinks", "experts.gate_up_proj"))
             p.add_((0.3 if "norm" in name else 1.0 if router else 0.05) * torch.randn_like(p))
     hf = root / "hf"
     model.save_pretrained(hf, safe_serialization=True)
