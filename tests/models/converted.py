@@ -42,6 +42,7 @@ class Spec:
     added: tuple[str, ...] = ()  # further special tokens the template writes
     tokenizer_config: dict = field(default_factory=dict)
     sentencepiece: bool = False  # the converter reads this family's vocabulary from tokenizer.model (gemma2)
+    mxfp4: bool = False          # also an MXFP4 checkpoint of the same model, converted to mxfp4.gguf (gpt-oss)
 
 
 SPECS = {
@@ -76,7 +77,7 @@ SPECS = {
                                                               beta_fast=32.0, beta_slow=1.0, truncate=False,
                                                               original_max_position_embeddings=128)),
                     "openai-gpt-oss-120b.jinja", "<|return|>",
-                    ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|constrain|>")),
+                    ("<|start|>", "<|end|>", "<|message|>", "<|channel|>", "<|call|>", "<|constrain|>"), mxfp4=True),
 }
 MOE_FAMILIES = ("qwen3moe", "qwen2moe", "gpt-oss")
 
@@ -97,7 +98,7 @@ def require_converter() -> None:
 def _digest(arch: str) -> str:
     spec = SPECS[arch]
     h = hashlib.sha256(json.dumps([arch, spec.config_class, spec.config, spec.template, spec.end_token, spec.added,
-                                   spec.tokenizer_config, spec.sentencepiece, transformers.__version__],
+                                   spec.tokenizer_config, spec.sentencepiece, spec.mxfp4, transformers.__version__],
                                   sort_keys=True).encode())
     h.update((LLAMA_CPP / "convert_hf_to_gguf.py").read_bytes())
     return h.hexdigest()[:12]
@@ -207,6 +208,42 @@ def _build(arch: str, root: Path) -> None:
         cfg_path.write_text(json.dumps({**json.loads(cfg_path.read_text()), **spec.tokenizer_config}, indent=1))
     for outtype in ("f32", "q8_0"):
         convert(hf, root / f"{outtype}.gguf", outtype)
+    if spec.mxfp4:
+        _write_mxfp4(hf, root / "hf-mxfp4")
+        convert(root / "hf-mxfp4", root / "mxfp4.gguf", "f32")
+
+
+MXFP4_TENSORS = ("mlp.experts.gate_up_proj", "mlp.experts.down_proj")
+
+
+def mxfp4_pack(w: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stacked expert weight as transformers holds it, (E, in, out) float32 -> the checkpoint's MXFP4 pair as
+    OpenAI's gpt-oss files store it: blocks (E, out, in / 32, 16) uint8, two e2m1 codes a byte (element 2j low,
+    2j + 1 high), and scales (E, out, in / 32) uint8, e8m0 biased by 127. Codes and scales chosen by gguf-py's
+    MXFP4 quantizer (its scale byte is the same e8m0; its value table the same codes, doubled)."""
+    from gguf import GGMLQuantizationType, quants
+
+    rows = w.transpose(1, 2).contiguous()                                  # (E, out, in)
+    E, out, width = rows.shape
+    packed = quants.quantize(rows.reshape(-1, width).numpy(), GGMLQuantizationType.MXFP4)
+    blocks = torch.from_numpy(packed.reshape(-1, 17))                      # (E * out * in / 32, 17)
+    scales, qs = blocks[:, 0], blocks[:, 1:]
+    codes = torch.cat((qs & 0x0F, qs >> 4), dim=1)                         # ggml: element i low, i + 16 high
+    hf = codes[:, 0::2] | (codes[:, 1::2] << 4)                            # (n, 16)
+    return hf.reshape(E, out, width // 32, 16).contiguous(), scales.reshape(E, out, width // 32).contiguous()
+
+
+def _write_mxfp4(hf: Path, out: Path) -> None:
+    """The float32 checkpoint with its experts as MXFP4 blocks and scales (quantization_config mxfp4)."""
+    from safetensors.torch import load_file, save_file
+
+    shutil.copytree(hf, out)
+    weights = load_file(out / "model.safetensors")
+    for name in [n for n in weights if n.endswith(MXFP4_TENSORS)]:
+        weights[f"{name}_blocks"], weights[f"{name}_scales"] = mxfp4_pack(weights.pop(name))
+    save_file(weights, out / "model.safetensors", metadata={"format": "pt"})
+    cfg = json.loads((out / "config.json").read_text())
+    (out / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "mxfp4"}}, indent=1))
 
 
 def convert(hf: Path, out: Path, outtype: str) -> None:

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from haltwise.models.loader import load_model
-from tests.models.converted import MOE_FAMILIES, SPECS, fixture
+from tests.models.converted import MOE_FAMILIES, SPECS, fixture, mxfp4_pack
 from tests.models.paged_runner import greedy
 
 pytestmark = pytest.mark.slow           # building a fixture runs the converter (~1 min each, then cached)
@@ -122,3 +122,31 @@ def test_phi3_config_from_gguf_equals_config_json():
         assert rs["short_factor"] == pytest.approx([1.0, 1.1, 1.3, 1.7, 2.2, 2.9])
     assert gguf.rope_scaling["attention_factor"] == pytest.approx((1 + math.log(4) / math.log(128)) ** 0.5)
     assert gguf.sliding_window is None and gguf.layer_types is None       # the converter writes window 0
+
+
+def test_gpt_oss_mxfp4_experts_equal_transformers_dequantized():
+    """The fixture's experts packed as OpenAI's MXFP4 checkpoints store them, converted by llama.cpp (MXFP4 GGUF
+    tensors), read by haltwise: transformers with its own MXFP4 dequantization of the same blocks gives the same
+    32 greedy tokens on every prompt."""
+    from gguf import GGMLQuantizationType
+    from transformers.integrations.mxfp4 import convert_moe_packed_tensors
+
+    from haltwise.gguf.reader import open_gguf
+
+    f = fixture("gpt-oss")
+    types = {t.name: GGMLQuantizationType(t.tensor_type) for t in open_gguf(f.gguf("mxfp4")).tensors}
+    assert types["blk.1.ffn_gate_exps.weight"] == types["blk.1.ffn_down_exps.weight"] == GGMLQuantizationType.MXFP4
+    theirs = f.model()
+    with torch.no_grad():
+        for layer in theirs.model.layers:
+            for name in ("gate_up_proj", "down_proj"):
+                p = getattr(layer.mlp.experts, name)
+                dequantized = convert_moe_packed_tensors(*mxfp4_pack(p.data), dtype=torch.float32)
+                assert not torch.equal(dequantized, p) and (dequantized - p).abs().max() < 0.3 * p.abs().max()
+                p.copy_(dequantized)
+    loaded = load_model(f.gguf("mxfp4"), dtype="float32")
+    for ids in prompts(theirs.config.vocab_size):
+        want, want_logits = transformers_greedy(theirs, ids)
+        got, got_logits = greedy(loaded.model, ids, NEW_TOKENS, block_size=4)
+        assert (got_logits - want_logits).abs().max() < 1e-4, f"prompt of {len(ids)} tokens"
+        assert got == want, f"prompt of {len(ids)} tokens"
