@@ -1,7 +1,7 @@
 """Black box on the newer dense families: `haltwise serve --model <tiny converted q8_0 GGUF>` with default flags.
 
 Each model is tests/models/converted.py's fixture of the family (llama.cpp's converter, the family's real chat
-template and end tokens in the GGUF). Per family: the determinism probe of test_http_determinism.py (alone 4
+template and end tokens in the GGUF; q8_0, gpt-oss with MXFP4 experts). Per family: the determinism probe of test_http_determinism.py (alone 4
 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others); a chat rendered by the family's
 template on /v1/chat/completions and /v1/messages (the same prompt tokens, the same greedy text); and each of the
 family's end tokens, once generated, ends the reply as a stop and never shows in the text. gpt-oss (an MoE with
@@ -25,11 +25,12 @@ SHORT_TARGET = {**TARGET, "max_tokens": 16}
 END_TOKENS = {"phi3": ("<|end|>", "<|endoftext|>"), "gemma2": ("<end_of_turn>", "<eos>"),
               "gpt-oss": ("<|return|>", "<|call|>")}
 CHAT = [{"role": "user", "content": "Say hi."}]
+FILES = {"gpt-oss": "mxfp4"}          # gpt-oss as released: MXFP4 experts (the others: q8_0)
 
 
 @pytest.fixture(scope="module", params=sorted(END_TOKENS))
 def family(request) -> Iterator[tuple[str, str, Tokenizer]]:
-    path = fixture(request.param).gguf("q8_0")
+    path = fixture(request.param).gguf(FILES.get(request.param, "q8_0"))
     # The first start measures the kernel plan for this file (minutes on a busy host; cached afterwards).
     for url in serve("--model", str(path), "--kv-cache-memory", "64MiB", "--max-model-len", "256",
                      start_limit=1500.0):
