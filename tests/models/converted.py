@@ -97,8 +97,9 @@ def require_converter() -> None:
 
 def _digest(arch: str) -> str:
     spec = SPECS[arch]
+    flags = {k: True for k in ("sentencepiece", "mxfp4") if getattr(spec, k)}   # only where set: other digests stay
     h = hashlib.sha256(json.dumps([arch, spec.config_class, spec.config, spec.template, spec.end_token, spec.added,
-                                   spec.tokenizer_config, spec.sentencepiece, spec.mxfp4, transformers.__version__],
+                                   spec.tokenizer_config, *([flags] if flags else []), transformers.__version__],
                                   sort_keys=True).encode())
     h.update((LLAMA_CPP / "convert_hf_to_gguf.py").read_bytes())
     return h.hexdigest()[:12]
@@ -196,7 +197,8 @@ def _build(arch: str, root: Path) -> None:
     with torch.no_grad():   # norms and biases perturbed so they matter; routers (and sinks) spread so they differ
         for name, p in model.named_parameters():
             # (gpt-oss's gate_up too: its GLU clamps at swiglu_limit, which small weights never reach)
-            router = name.endswith(("mlp.gate.weight", "mlp.router.weight", "self_attn.sinks", "experts.gate_up_proj"))
+            router = name.endswith(("mlp.gate.weight", "mlp.router.weight", "self_attn.sinks")) or \
+                (spec.mxfp4 and name.endswith("experts.gate_up_proj"))
             p.add_((0.3 if "norm" in name else 1.0 if router else 0.05) * torch.randn_like(p))
     hf = root / "hf"
     model.save_pretrained(hf, safe_serialization=True)
