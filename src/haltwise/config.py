@@ -51,7 +51,9 @@ class ModelConfig:
     rope_local_theta: float | None = None       # RoPE base of sliding layers (gemma3); None = rope_theta
     query_pre_attn_scalar: float | None = None  # attention scale = this ** -0.5; None = head_dim
     final_logit_softcapping: float | None = None  # logits = cap * tanh(logits / cap)
+    attn_logit_softcapping: float | None = None   # attention scores = cap * tanh(scores / cap) (gemma2)
     rope_freq_factors: tuple[float, ...] | None = None  # GGUF rope_freqs: inv_freq / factor (llama3)
+    rotary_dim: int | None = None               # leading dims of each head RoPE rotates (phi3 partial); None = all
     # Mixture of experts (qwen2moe, qwen3moe; models/moe.py). num_experts 0 = every MLP is dense.
     num_experts: int = 0                        # experts per MoE layer
     num_experts_per_tok: int = 0                # experts each token is routed to (top-k)
@@ -59,6 +61,10 @@ class ModelConfig:
     norm_topk_prob: bool = False                # renormalise the top-k router probabilities to sum to 1
     shared_expert_intermediate_size: int = 0    # qwen2moe's always-on expert behind a sigmoid gate; 0 = none
     mlp_only_layers: tuple[int, ...] = ()       # layers that keep a dense MLP in an MoE model
+    # gpt-oss: the router takes top-k of its biased logits, then softmax over the k ("topk_softmax"; the
+    # others: "softmax_topk"); experts carry biases and run the clamped GLU (alpha, limit) of models/moe.py
+    moe_router: str = "softmax_topk"
+    expert_glu: tuple[float, float] | None = None
     no_rope_layers: tuple[int, ...] = ()        # layers whose q/k are not rotated (smollm3: every 4th)
 
     def __post_init__(self) -> None:
@@ -68,6 +74,8 @@ class ModelConfig:
             raise ValueError(f"layer_types names {len(self.layer_types)} layers, the model has {self.num_layers}")
         if self.no_rope_layers and self.rope_local_theta is not None:
             raise ValueError("no_rope_layers and a sliding-layer rope base cannot be combined")
+        if self.rotary_dim is not None and not (0 < self.rotary_dim <= self.head_dim and self.rotary_dim % 2 == 0):
+            raise ValueError(f"rotary_dim {self.rotary_dim} must be even and within 1..head_dim {self.head_dim}")
         if self.num_experts and not 0 < self.num_experts_per_tok <= self.num_experts:
             raise ValueError(f"num_experts_per_tok {self.num_experts_per_tok} is outside 1..{self.num_experts}")
 

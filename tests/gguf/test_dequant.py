@@ -9,10 +9,11 @@ from gguf import quants
 from haltwise.gguf.dequant import SUPPORTED_TYPES, UnsupportedQuantization, dequantize, row_bytes
 
 SHAPE = (6, 96)  # 96 = 3 blocks of 32 per row
-QUANTIZABLE = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1]
+QUANTIZABLE = [Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q5_1, Q.MXFP4]
 # Where every float16 field sits in each block (byte offsets), so random blocks get finite scales.
 F16_FIELDS = {Q.Q8_0: [0], Q.Q4_0: [0], Q.Q4_1: [0, 2], Q.Q5_0: [0], Q.Q5_1: [0, 2], Q.IQ4_NL: [0],
-              Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0]}
+              Q.Q2_K: [80, 82], Q.Q3_K: [108], Q.Q4_K: [0, 2], Q.Q5_K: [0, 2], Q.Q6_K: [208], Q.IQ4_XS: [0],
+              Q.MXFP4: []}                  # its scale is an e8m0 byte: every value is finite
 
 
 @pytest.mark.parametrize("qtype", QUANTIZABLE)
@@ -56,7 +57,7 @@ def test_random_blocks_match_gguf_oracle(qtype, seed):
 
 def test_every_type_the_issue_names_is_supported():
     named = {Q.Q2_K, Q.Q3_K, Q.Q4_K, Q.Q5_K, Q.Q6_K, Q.Q5_0, Q.Q5_1, Q.IQ4_NL, Q.IQ4_XS,
-             Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1}
+             Q.F32, Q.F16, Q.BF16, Q.Q8_0, Q.Q4_0, Q.Q4_1, Q.MXFP4}
     assert named <= SUPPORTED_TYPES
 
 

@@ -1,6 +1,6 @@
-"""Report the default path's (--dtype auto) top-1 agreement with float32 on the converted MoE fixtures.
+"""Report the default path's (--dtype auto) top-1 agreement with float32 on the converted fixtures (MoE first).
 
-    PYTHONPATH=src:. python tests/models/measure_moe_default_path.py [qwen3moe] [qwen2moe]
+    PYTHONPATH=src:. python tests/models/measure_moe_default_path.py [qwen3moe] [qwen2moe] [phi3] [gemma2] ...
 
 Teacher-forced, as tests/engine/test_default_path_smollm2.py: at every position of the default engine's greedy
 output (3 prompts x 32 tokens on the q8_0 GGUF), does float32 given the same prefix pick the same token?

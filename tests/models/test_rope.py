@@ -21,6 +21,10 @@ SCALINGS = {
                     "mscale": 0.707, "mscale_all_dim": 1.0, "beta_fast": 16, "beta_slow": 2},
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 128},
+    # Phi-3: the short factors up to the original window, the long ones past it (seq_len here = the table's length)
+    "longrope": {"rope_type": "longrope", "original_max_position_embeddings": 128,
+                 "short_factor": [1.0 + 0.05 * i for i in range(HEAD_DIM // 2)],
+                 "long_factor": [1.0 + 0.9 * i for i in range(HEAD_DIM // 2)]},
 }
 
 
@@ -116,5 +120,18 @@ def test_max_supported_len():
 
 
 def test_unknown_rope_type():
-    with pytest.raises(ValueError, match="longrope"):
-        rope_type_of({"rope_type": "longrope"})
+    with pytest.raises(ValueError, match="proportional"):
+        rope_type_of({"rope_type": "proportional"})
+
+
+def test_partial_rotary_passes_the_trailing_dims_through():
+    """rotary_dim 48 of 64 (Phi-4-mini's 0.75): the leading dims as a 48-dim rope, the rest untouched."""
+    full = RotaryEmbedding(HEAD_DIM, THETA, None, WINDOW, 32, rotary_dim=48)
+    small = RotaryEmbedding(48, THETA, None, WINDOW, 32)
+    assert torch.equal(full.cos[:, :48], small.cos) and torch.equal(full.sin[:, :48], small.sin)
+    assert torch.equal(full.cos[:, 48:], torch.ones(32, 16)) and torch.equal(full.sin[:, 48:], torch.zeros(32, 16))
+    x = torch.randn(5, 3, HEAD_DIM)
+    cos, sin = full(torch.arange(5))
+    got = apply_rotary(x, cos, sin, 48)
+    assert torch.equal(got[..., 48:], x[..., 48:])
+    assert torch.equal(got[..., :48], apply_rotary(x[..., :48], *small(torch.arange(5))))

@@ -54,7 +54,8 @@ def _attach_prompt_cache(engine: LLMEngine, tiers: PromptTiers, path: Path | Non
     native = getattr(engine.model.model, "native_decode", None)
     plan = identity.plan_digest(engine.kernel_plan, bool(native and native.every_step))
     ns = identity.namespace(identity.model_digest(path, engine.model_config), engine.model_config,
-                            engine.config.kv_dtype, engine.config.block_size, engine.config.dtype, plan)
+                            engine.config.kv_dtype, engine.config.block_size, engine.config.dtype, plan,
+                            engine.max_model_len)
     if engine.attach_prompt_cache(PromptCache(tiers, ns)):
         log.info("prompt cache: on (namespace %s)", ns.hex()[:16])
     else:

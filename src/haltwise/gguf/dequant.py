@@ -8,6 +8,8 @@ Legacy blocks (32 weights each, little-endian; `d`, `m` are float16):
     Q5_0  22 bytes: [d][qh: 32 bits][q: 16 bytes]              w = d * ((q | h << 4) - 16)
     Q5_1  24 bytes: [d][m][qh: 32 bits][q: 16 bytes]           w = d * (q | h << 4) + m
     IQ4_NL 18 bytes: [d][q: 16 bytes]                          w = d * KVALUES[q]
+    MXFP4 17 bytes: [e: e8m0][q: 16 bytes]                     w = 2^(e - 128) * E2M1[q]  (gpt-oss experts;
+          e < 2 are the subnormal halves as ggml's e8m0_to_fp32_half; E2M1 doubled: 0 1 2 3 4 6 8 12, signed)
     nibbles: byte i holds weight i (low 4 bits) and weight i + 16 (high 4 bits); bit i of qh is weight i's 5th bit.
 
 The 256-weight "K" super-blocks and IQ4_XS live in dequant_k.py. The arithmetic is done in float32
@@ -63,9 +65,19 @@ def _iq4_nl(b: torch.Tensor) -> torch.Tensor:
     return f16_column(b, 0) * IQ4_KVALUES[nibbles(b[:, 2:]).long()]
 
 
+# MXFP4's e2m1 values, doubled (the half goes into the scale), by 4-bit code.
+MXFP4_VALUES = torch.tensor([0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12], dtype=torch.float32)
+
+
+def _mxfp4(b: torch.Tensor) -> torch.Tensor:
+    e = b[:, :1].to(torch.int32)                                            # (n, 1)
+    bits = torch.where(e < 2, torch.tensor(0x00200000, dtype=torch.int32) << e, (e - 1) << 23)
+    return bits.view(torch.float32) * MXFP4_VALUES[nibbles(b[:, 1:]).long()]
+
+
 # qtype -> decoder of (n_blocks, type_size) uint8 -> (n_blocks, block_elems) float32
 _DECODERS: dict[Q, Callable[[torch.Tensor], torch.Tensor]] = {
-    Q.Q8_0: _q8_0, Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q5_0: _q5_0, Q.Q5_1: _q5_1, Q.IQ4_NL: _iq4_nl,
+    Q.Q8_0: _q8_0, Q.Q4_0: _q4_0, Q.Q4_1: _q4_1, Q.Q5_0: _q5_0, Q.Q5_1: _q5_1, Q.IQ4_NL: _iq4_nl, Q.MXFP4: _mxfp4,
     **dequant_k.DECODERS,
 }
 _PLAIN = {Q.F32: torch.float32, Q.F16: torch.float16, Q.BF16: torch.bfloat16}

@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 
 from haltwise.config import ModelConfig
-from haltwise.architectures import family_of, window_pattern
+from haltwise.architectures import ArchOptions, family_of, window_pattern
 from haltwise.errors import ModelLoadError
 from haltwise.gguf.file import GGUFFile
 from haltwise.gguf.bounds import check_dimensions, check_fits_file, implied_parameters
@@ -53,13 +53,33 @@ def forget_opened() -> None:
     _last_opened.clear()
 
 
-def _rope_scaling(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
+def _rope_scaling(reader: GGUFFile, arch: str, window: int, truncate: bool) -> dict[str, Any] | None:
     kind = _field(reader, f"{arch}.rope.scaling.type")
     factor = _field(reader, f"{arch}.rope.scaling.factor")
     if not kind or kind == "none" or not factor:
         return None
     original = _field(reader, f"{arch}.rope.scaling.original_context_length", window)
-    return {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
+    scaling = {"rope_type": kind, "factor": float(factor), "original_max_position_embeddings": int(original)}
+    if kind == "yarn":      # the betas when the file states them; the rounding is the family's (architectures.py)
+        betas = {key: float(_field(reader, f"{arch}.rope.scaling.yarn_{key}")) for key in ("beta_fast", "beta_slow")
+                 if _field(reader, f"{arch}.rope.scaling.yarn_{key}") is not None}
+        scaling = {**scaling, **betas, **({} if truncate else {"truncate": False})}
+    return scaling
+
+
+def _longrope(reader: GGUFFile, arch: str, window: int) -> dict[str, Any] | None:
+    """phi3's LongRoPE: the converter writes the short and long factors as tensors (rope_factors_short /
+    rope_factors_long), the original window and the attention factor as metadata, and no scaling type."""
+    factors = {t.name: tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
+               for t in reader.tensors if t.name in ("rope_factors_long.weight", "rope_factors_short.weight")}
+    if len(factors) != 2:
+        return None
+    scaling = {"rope_type": "longrope", "long_factor": list(factors["rope_factors_long.weight"]),
+               "short_factor": list(factors["rope_factors_short.weight"]),
+               "original_max_position_embeddings":
+                   int(_field(reader, f"{arch}.rope.scaling.original_context_length", window))}
+    attention = _field(reader, f"{arch}.rope.scaling.attn_factor")
+    return scaling if attention is None else {**scaling, "attention_factor": float(attention)}
 
 
 def _rope_freq_factors(reader: GGUFFile) -> tuple[float, ...] | None:
@@ -68,6 +88,11 @@ def _rope_freq_factors(reader: GGUFFile) -> tuple[float, ...] | None:
         if t.name == "rope_freqs.weight":
             return tuple(float(x) for x in np.asarray(t.data, dtype=np.float32).reshape(-1))
     return None
+
+
+def _rotary_dim(count: Any, head_dim: int) -> int | None:
+    """rope.dimension_count below the head size: partial rotary (Phi-4-mini); None = the whole head."""
+    return int(count) if count and int(count) < head_dim else None
 
 
 def _layer_types(pattern: Any, family_every: int | None, layers: int) -> tuple[str, ...]:
@@ -109,12 +134,13 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
     tied = "output.weight" not in names
     check_fits_file(implied_parameters(int(vocab), hidden, layers, heads, kv_heads, head_dim, ffn, tied),
                     Path(path).stat().st_size, path)
-    sliding = _field(reader, f"{arch}.attention.sliding_window")
+    sliding = _field(reader, f"{arch}.attention.sliding_window") or None    # phi3 writes 0 for none
     layer_types = None
     if sliding is not None:
         layer_types = _layer_types(_field(reader, f"{arch}.attention.sliding_window_pattern"),
                                    options.gguf_window_every, layers)
     softcap = _field(reader, f"{arch}.final_logit_softcapping")
+    attn_softcap = _field(reader, f"{arch}.attn_logit_softcapping")
     return ModelConfig(
         vocab_size=int(vocab),
         hidden_size=hidden,
@@ -127,7 +153,7 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         rope_theta=float(_field(reader, f"{arch}.rope.freq_base", 10000.0)),
         rms_norm_eps=float(_field(reader, f"{arch}.attention.layer_norm_rms_epsilon", 1e-5)),
         tie_word_embeddings=tied,
-        rope_scaling=_rope_scaling(reader, arch, window),
+        rope_scaling=_longrope(reader, arch, window) or _rope_scaling(reader, arch, window, options.gguf_yarn_truncate),
         bos_token_id=None if bos is None else int(bos),
         eos_token_ids=tuple(dict.fromkeys(eos)),
         architecture=options.name,
@@ -140,14 +166,16 @@ def gguf_config(reader: GGUFFile, path: Path) -> ModelConfig:
         # query_pre_attn_scalar stays None (= head_dim): GGUF does not store it; Gemma 3's is head_dim
         # (256) for every size but 27B, as transformers' default and llama.cpp's rule assume.
         final_logit_softcapping=None if softcap is None else float(softcap),
+        attn_logit_softcapping=None if attn_softcap is None else float(attn_softcap),
         rope_freq_factors=_rope_freq_factors(reader),
+        rotary_dim=_rotary_dim(_field(reader, f"{arch}.rope.dimension_count"), head_dim),
         no_rope_layers=tuple(i for i in range(layers) if options.gguf_no_rope_every
                              and (i + 1) % options.gguf_no_rope_every == 0),
-        **_experts(reader, arch, options.gguf_norm_topk_prob, path, layers * hidden),
+        **_experts(reader, arch, options, path, layers * hidden),
     )
 
 
-def _experts(reader: GGUFFile, arch: str, norm_topk_prob: bool, path: Path, layer_hidden: int) -> dict[str, Any]:
+def _experts(reader: GGUFFile, arch: str, options: ArchOptions, path: Path, layer_hidden: int) -> dict[str, Any]:
     """The MoE fields of ModelConfig ({} for a dense model). GGUF does not store norm_topk_prob: llama.cpp
     fixes it per family, and so do we."""
     experts = _field(reader, f"{arch}.expert_count")
@@ -162,5 +190,6 @@ def _experts(reader: GGUFFile, arch: str, norm_topk_prob: bool, path: Path, laye
                       "expert_feed_forward_length": int(width)}, path)
     check_fits_file(layer_hidden * int(experts) * 3 * int(width), Path(path).stat().st_size, path)
     return dict(num_experts=int(experts), num_experts_per_tok=int(used), moe_intermediate_size=int(width),
-                norm_topk_prob=norm_topk_prob,
+                norm_topk_prob=options.gguf_norm_topk_prob, expert_glu=options.gguf_expert_glu,
+                moe_router="topk_softmax" if options.gguf_expert_glu else "softmax_topk",
                 shared_expert_intermediate_size=int(_field(reader, f"{arch}.expert_shared_feed_forward_length", 0)))

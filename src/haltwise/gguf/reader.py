@@ -57,7 +57,8 @@ _LAYER_NAMES = {  # GGUF per-block name -> Hugging Face suffix under model.layer
 _EXPERT_NAMES = {"ffn_gate_exps": "mlp.experts.#.gate_proj", "ffn_up_exps": "mlp.experts.#.up_proj",
                  "ffn_down_exps": "mlp.experts.#.down_proj"}
 _GLOBAL_NAMES = {"token_embd": "model.embed_tokens", "output_norm": "model.norm", "output": "lm_head"}
-_IGNORED = {"rope_freqs"}  # llama3 frequency factors: read into ModelConfig.rope_freq_factors
+# llama3 frequency factors (ModelConfig.rope_freq_factors), phi3's LongRoPE factors (ModelConfig.rope_scaling)
+_IGNORED = {"rope_freqs", "rope_factors_long", "rope_factors_short"}
 _BLOCK_RE = re.compile(r"blk\.(\d+)\.(\w+)\.(weight|bias)$")
 
 
@@ -134,10 +135,12 @@ def gguf_tensors(reader: GGUFFile, config: ModelConfig, path: Path | None = None
 
 def _experts(gguf_name: str, name: str, qtype, data: np.ndarray, shape: tuple[int, ...], where) -> Iterator[GGUFTensor]:
     """A stacked (experts, out, in) tensor -> one (out, in) tensor per expert: row slices of the mapped
-    blocks, nothing copied (an expert's pages are read only when it runs)."""
-    if len(shape) != 3:
+    blocks, nothing copied (an expert's pages are read only when it runs). Biases (gpt-oss) stack as
+    (experts, out) -> one (out,) each."""
+    bias = name.endswith(".bias") and len(shape) == 2
+    if len(shape) != 3 and not bias:
         raise ModelLoadError(f"{where}: tensor {gguf_name} has shape {shape}, expected (experts, out, in)")
-    experts, rows = shape[0], shape[1]
+    experts, rows = shape[0], 1 if bias else shape[1]
     for e in range(experts):
         yield GGUFTensor(gguf_name, name.replace("#", str(e)), qtype, data[e * rows:(e + 1) * rows],
                          shape[1:], None, False)

@@ -8,6 +8,7 @@ on the byte matrix and the kernels see the blocks exactly as stored:
     model.layers.N.self_attn.qkv_proj  = [attn_q (unpermuted), attn_k (unpermuted), attn_v]
     model.layers.N.self_attn.o_proj    = [attn_output]
     model.layers.N.mlp.gate_up_proj    = [ffn_gate, ffn_up]
+    (phi3 stores both fused: qkv_proj = [attn_qkv], gate_up_proj = [ffn_up], rows already in that order)
     model.layers.N.mlp.down_proj       = [ffn_down]
     lm_head                            = [output]  or  [token_embd]  when the embedding is tied
     model.layers.N.mlp.experts.E.*     = expert E's rows of ffn_{gate,up,down}_exps (experts, out, in)
@@ -54,6 +55,7 @@ def unpermute_block_rows(data: np.ndarray, n_heads: int) -> np.ndarray:
 def linear_shards(reader: GGUFFile, config: ModelConfig) -> dict[str, list[GGUFShard]]:
     """Fused linear name (no '.weight') -> its shards in row order, for every all-quantized linear."""
     parts: dict[str, dict[int, GGUFShard]] = {}
+    whole: set[str] = set()
     options = ARCHITECTURES.get(reader.metadata.get("general.architecture"))
     arch, permuted = (options.name, options.gguf_permuted_qk) if options else ("llama", False)
     for t in reader.tensors:
@@ -89,10 +91,12 @@ def linear_shards(reader: GGUFFile, config: ModelConfig) -> dict[str, list[GGUFS
             data = unpermute_block_rows(data, config.num_kv_heads)
         fused, index = _FUSED.get(leaf, (leaf, 0))
         key = f"{parent}.{fused}" if parent else fused
+        if leaf in _PARTS:                                  # stored fused already (phi3's attn_qkv, ffn_up)
+            whole.add(key)
         parts.setdefault(key, {})[index] = GGUFShard(qtype=qtype, data=data, rows=rows)
     out: dict[str, list[GGUFShard]] = {}
     for key, shards in parts.items():
-        wanted = _PARTS.get(key.rpartition(".")[2], 1)
+        wanted = 1 if key in whole else _PARTS.get(key.rpartition(".")[2], 1)
         if len(shards) == wanted:                            # a float shard leaves the linear out
             out[key] = [shards[i] for i in range(wanted)]
     return out

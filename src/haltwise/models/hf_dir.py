@@ -28,9 +28,23 @@ def _ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in (value if isinstance(value, list) else [value]))
 
 
-def _scaling(params: dict[str, Any]) -> dict[str, Any] | None:
+def _scaling(params: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any] | None:
     kind = params.get("rope_type", params.get("type", "default"))
-    return None if kind == "default" else {k: v for k, v in params.items() if k != "rope_theta"}
+    if kind == "default":
+        return None
+    scaling = {k: v for k, v in params.items() if k not in ("rope_theta", "partial_rotary_factor")}
+    if kind in ("su", "longrope"):                      # Phi-3's early configs say "su"; the window may be top-level
+        scaling = {**scaling, "rope_type": "longrope"}
+        scaling.pop("type", None)
+        scaling.setdefault("original_max_position_embeddings", cfg.get("original_max_position_embeddings"))
+    return scaling
+
+
+def _rotary_dim(cfg: dict[str, Any], head_dim: int) -> int | None:
+    """Dims of each head RoPE rotates (partial_rotary_factor, in rope_parameters or top-level); None = all."""
+    factor = (cfg.get("rope_parameters") or {}).get("partial_rotary_factor") or cfg.get("partial_rotary_factor")
+    dim = int(head_dim * float(factor)) if factor else head_dim
+    return None if dim == head_dim else dim
 
 
 def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None, float | None]:
@@ -43,7 +57,7 @@ def _rope(cfg: dict[str, Any]) -> tuple[float, dict[str, Any] | None, float | No
         params = dict(params["full_attention"])
     theta = float(params.pop("rope_theta", cfg.get("rope_theta", 10000.0)))
     scaling = cfg.get("rope_scaling") or params or None
-    return theta, _scaling(scaling) if scaling else None, None if local is None else float(local)
+    return theta, _scaling(scaling, cfg) if scaling else None, None if local is None else float(local)
 
 
 def _windows(cfg: dict[str, Any], options: ArchOptions, layers: int) -> tuple[int | None, tuple[str, ...] | None]:
@@ -61,7 +75,7 @@ def _windows(cfg: dict[str, Any], options: ArchOptions, layers: int) -> tuple[in
     return int(window), tuple("sliding_attention" if i >= first else "full_attention" for i in range(layers))
 
 
-def _experts(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
+def _experts(cfg: dict[str, Any], layers: int, options: ArchOptions) -> dict[str, Any]:
     """The MoE fields of ModelConfig ({} for a dense model): as transformers' Qwen MoE decoder layers decide,
     a layer is sparse unless listed in mlp_only_layers or off the decoder_sparse_step grid."""
     experts = cfg.get("num_experts") or cfg.get("num_local_experts")     # transformers 5 saves the latter
@@ -69,8 +83,12 @@ def _experts(cfg: dict[str, Any], layers: int) -> dict[str, Any]:
         return {}
     step = int(cfg.get("decoder_sparse_step", 1))
     dense = {int(i) for i in cfg.get("mlp_only_layers") or ()} | {i for i in range(layers) if (i + 1) % step}
+    glu = options.gguf_expert_glu            # gpt-oss: experts as wide as intermediate_size, a clamped GLU
+    if glu is not None:
+        glu = (float(cfg.get("swiglu_alpha", glu[0])), float(cfg.get("swiglu_limit", glu[1])))
     return dict(num_experts=int(experts), num_experts_per_tok=int(cfg["num_experts_per_tok"]),
-                moe_intermediate_size=int(cfg["moe_intermediate_size"]),
+                moe_intermediate_size=int(cfg.get("moe_intermediate_size") or cfg["intermediate_size"]),
+                moe_router="topk_softmax" if glu else "softmax_topk", expert_glu=glu,
                 norm_topk_prob=bool(cfg.get("norm_topk_prob", False)),
                 shared_expert_intermediate_size=int(cfg.get("shared_expert_intermediate_size") or 0),
                 mlp_only_layers=tuple(sorted(dense)))
@@ -85,6 +103,7 @@ def hf_config(directory: Path) -> ModelConfig:
         theta, scaling, local = _rope(cfg)
         window, layer_types = _windows(cfg, options, layers)
         softcap = cfg.get("final_logit_softcapping")
+        head_dim = int(cfg.get("head_dim") or hidden // heads)
         return ModelConfig(
             vocab_size=int(cfg["vocab_size"]),
             hidden_size=hidden,
@@ -92,7 +111,7 @@ def hf_config(directory: Path) -> ModelConfig:
             num_layers=layers,
             num_heads=heads,
             num_kv_heads=int(cfg.get("num_key_value_heads") or heads),
-            head_dim=int(cfg.get("head_dim") or hidden // heads),
+            head_dim=head_dim,
             max_position_embeddings=int(cfg["max_position_embeddings"]),
             rope_theta=theta,
             rms_norm_eps=float(cfg.get("rms_norm_eps", 1e-6)),
@@ -108,9 +127,12 @@ def hf_config(directory: Path) -> ModelConfig:
             rope_local_theta=local if window is not None else None,
             query_pre_attn_scalar=cfg.get("query_pre_attn_scalar"),
             final_logit_softcapping=None if softcap is None else float(softcap),
+            attn_logit_softcapping=None if cfg.get("attn_logit_softcapping") is None
+            else float(cfg["attn_logit_softcapping"]),
+            rotary_dim=_rotary_dim(cfg, head_dim),
             # smollm3: no_rope_layers[i] is 1 where layer i uses RoPE
             no_rope_layers=tuple(i for i, use in enumerate(cfg.get("no_rope_layers") or ()) if not use),
-            **_experts(cfg, layers),
+            **_experts(cfg, layers, options),
         )
     except KeyError as e:
         raise ModelLoadError(f"{directory}/config.json: missing key {e}") from None

@@ -22,6 +22,7 @@ from haltwise.architectures import ArchOptions, arch_options
 from haltwise.models.attention import AttentionMetadata, paged_attention, write_kv
 from haltwise.models.moe import SparseMoE
 from haltwise.models.rope import RotaryEmbedding, apply_rotary
+from haltwise.models.row_attention import AttentionSinks, row_attention
 from haltwise.models.weights import WeightLoading
 
 KVCache = tuple[torch.Tensor, torch.Tensor]  # each (num_blocks, block_size, num_kv_heads, head_dim)
@@ -51,13 +52,16 @@ class Attention(nn.Module):
         self.num_heads, self.num_kv_heads, self.head_dim = config.num_heads, config.num_kv_heads, config.head_dim
         self.q_size, self.kv_size = self.num_heads * self.head_dim, self.num_kv_heads * self.head_dim
         self.qkv_proj = nn.Linear(config.hidden_size, self.q_size + 2 * self.kv_size, bias=config.qkv_bias)
-        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=False)
+        self.o_proj = nn.Linear(self.q_size, config.hidden_size, bias=options.o_bias)
+        self.sinks = AttentionSinks(self.num_heads) if options.attention_sinks else None
         if options.qk_norm:
             self.q_norm = RMSNorm(self.head_dim, config.rms_norm_eps, options.norm_plus_one)
             self.k_norm = RMSNorm(self.head_dim, config.rms_norm_eps, options.norm_plus_one)
         self.qk_norm = options.qk_norm
         self.scale = (config.query_pre_attn_scalar or self.head_dim) ** -0.5
         self.window = config.sliding_window if config.is_sliding(layer) else None  # None = full context
+        self.rotary_dim = config.rotary_dim            # partial rotary (phi3); None = the whole head
+        self.softcap = config.attn_logit_softcapping   # gemma2: scores = cap * tanh(scores / cap); None = off
 
     def forward(self, x: torch.Tensor, rope: RopeTables, kv_cache: KVCache, meta: AttentionMetadata) -> torch.Tensor:
         """x: (T, hidden) -> (T, hidden)."""
@@ -67,13 +71,17 @@ class Attention(nn.Module):
         if self.qk_norm:
             qk = torch.cat([self.q_norm(qk[:, :H]), self.k_norm(qk[:, H:])], dim=1)
         # q and k heads sit side by side: rotate them as one (T, H + KV, D) tensor.
-        qk = apply_rotary(qk, *rope)
+        qk = apply_rotary(qk, *rope, self.rotary_dim)
         q, k = qk[:, :H], qk[:, H:]                                             # (T, H, D), (T, KV, D)
         v = qkv[:, self.q_size + self.kv_size:].view(T, self.num_kv_heads, D)  # (T, KV, D)
         if self.window is not None and meta.window is not None:
             meta = meta.window                   # this layer's KV lives in the sliding layers' own pool
         write_kv(kv_cache[0], kv_cache[1], k, v, meta.slot_mapping)
-        out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
+        if self.softcap or self.sinks is not None:
+            out = row_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, self.softcap, self.window,
+                                None if self.sinks is None else self.sinks.weight)
+        else:
+            out = paged_attention(q, kv_cache[0], kv_cache[1], meta, self.scale, k=k, v=v, window=self.window)
         return self.o_proj(out.reshape(T, self.q_size).to(x.dtype))
 
 

@@ -11,7 +11,7 @@ import torch
 
 from haltwise.config import ModelConfig
 from haltwise.gguf import reader as gguf_reader
-from haltwise.models import hf_dir, weight_cache
+from haltwise.models import hf_dir, hf_experts, weight_cache
 from haltwise.models.catalog import resolve_model
 from haltwise.errors import ModelLoadError
 from haltwise.models.llama import LlamaForCausalLM
@@ -113,7 +113,8 @@ def _load_eager(model: LlamaForCausalLM, path: Path, fmt: str, dtype: str, reade
     model.to(WEIGHT_DTYPES[dtype])
     if weight_cache.try_load(model, cached):
         return
-    weights = gguf_reader.gguf_weights(reader, model.config, path) if fmt == "gguf" else hf_dir.hf_weights(path)
+    weights = gguf_reader.gguf_weights(reader, model.config, path) if fmt == "gguf" else \
+        hf_experts.per_expert(hf_dir.hf_weights(path))
     try:
         model.load_weights(weights)   # casts each tensor to the parameter's dtype
     except ValueError as e:

@@ -7,6 +7,8 @@
               a step's tokens are grouped by expert and each expert runs once, on its rows only
     combine   out[t] = sum over t's experts IN ASCENDING EXPERT INDEX of p[t, e] * expert_e(x[t])
     shared    (qwen2moe) + sigmoid(x w_g) * shared_expert(x), after the routed sum
+    gpt-oss   router logits biased, top-k of the logits then softmax over those k; experts with biases and a
+              clamped GLU (ClampedGluExpert)
 
 Determinism contract: a token's output never depends on which other tokens share its step. The router is
 computed one row at a time, each expert's linears are row-local (under the default path the plan picks a
@@ -29,23 +31,45 @@ class RowLocalLinear(nn.Module):
     the batch), so routing decisions are bit-identical whatever rows share the step. Not an nn.Linear: the
     kernel plan leaves it alone (a quantized router could flip a top-k choice)."""
 
-    def __init__(self, in_features: int, out_features: int) -> None:
+    def __init__(self, in_features: int, out_features: int, bias: bool = False) -> None:
         super().__init__()
         self.weight = nn.Parameter(torch.empty(out_features, in_features))
+        self.bias = nn.Parameter(torch.empty(out_features)) if bias else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """(T, in) -> (T, out) float32."""
         w = self.weight.float()
         parts = [(x[i:i + _ROWS_PER_CHUNK, None, :].float() * w).sum(-1)          # (rows, out)
                  for i in range(0, x.shape[0], _ROWS_PER_CHUNK)]
-        return torch.cat(parts) if parts else x.new_zeros(0, w.shape[0])
+        out = torch.cat(parts) if parts else x.new_zeros(0, w.shape[0])
+        return out if self.bias is None else out + self.bias.float()
+
+
+class ClampedGluExpert(nn.Module):
+    """gpt-oss's expert: g, u = x W_gate_up + b (gate rows first); g = min(g, limit); u = clamp(u, -limit, limit);
+    out = ((u + 1) * g * sigmoid(alpha g)) W_down + b_down. Plain nn.Linears, so the kernel plan runs them."""
+
+    def __init__(self, config: ModelConfig, intermediate_size: int) -> None:
+        super().__init__()
+        self.intermediate_size = intermediate_size
+        self.alpha, self.limit = config.expert_glu
+        self.gate_up_proj = nn.Linear(config.hidden_size, 2 * intermediate_size, bias=True)
+        self.down_proj = nn.Linear(intermediate_size, config.hidden_size, bias=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        gate, up = self.gate_up_proj(x).chunk(2, dim=-1)
+        gate, up = gate.clamp(max=self.limit), up.clamp(min=-self.limit, max=self.limit)
+        return self.down_proj((up + 1) * (gate * torch.sigmoid(gate * self.alpha)))
 
 
 class SparseMoE(nn.Module):
     def __init__(self, config: ModelConfig, mlp_class: type[nn.Module]) -> None:
         super().__init__()
         self.top_k, self.norm_topk_prob = config.num_experts_per_tok, config.norm_topk_prob
-        self.gate = RowLocalLinear(config.hidden_size, config.num_experts)
+        self.topk_first = config.moe_router == "topk_softmax"
+        self.gate = RowLocalLinear(config.hidden_size, config.num_experts, bias=self.topk_first)
+        if config.expert_glu is not None:
+            mlp_class = ClampedGluExpert
         self.experts = nn.ModuleList(mlp_class(config, config.moe_intermediate_size)
                                      for _ in range(config.num_experts))
         self.shared_expert = self.shared_expert_gate = None
@@ -55,6 +79,9 @@ class SparseMoE(nn.Module):
 
     def route(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """x (T, hidden) -> (weights (T, k) in x's dtype, expert ids (T, k))."""
+        if self.topk_first:                                                 # gpt-oss
+            logits, experts = torch.topk(self.gate(x), self.top_k, dim=-1)  # (T, k)
+            return torch.softmax(logits, dim=-1).to(x.dtype), experts
         probs = torch.softmax(self.gate(x), dim=-1)                         # (T, E) float32
         weights, experts = torch.topk(probs, self.top_k, dim=-1)           # (T, k)
         if self.norm_topk_prob:

@@ -46,6 +46,9 @@ class NativeDecode:
             return None, build.failure() or "native kernels unavailable"
         if any(not hasattr(layer.mlp, "gate_up_proj") for layer in model.layers):
             return None, "mixture-of-experts layers run in Python (models/moe.py): the native stack has no MoE"
+        if any(layer.self_attn.softcap for layer in model.layers):
+            return None, "attention soft-capping (gemma2) runs in Python (models/row_attention.py): the native " \
+                         "stack has no soft-capped attention"
         first = model.layers[0]
         attn, mlp = first.self_attn, first.mlp
         act = ACTIVATIONS.get(mlp.hidden_act)
@@ -67,6 +70,8 @@ class NativeDecode:
         stack = module.DecodeStack(attn.num_heads, attn.num_kv_heads, attn.head_dim, model.norm.weight.shape[0],
                                    mlp.intermediate_size, first.input_layernorm.eps, first.input_layernorm.plus_one,
                                    act, first.sandwich, isa)
+        if attn.rotary_dim is not None:         # partial rotary (phi3): the tables still hold head_dim values
+            stack.set_rotary_dim(attn.rotary_dim)
         for layer, group in zip(model.layers, linears, strict=True):
             norms = [layer.input_layernorm, layer.post_attention_layernorm]
             if layer.sandwich:

@@ -1,8 +1,17 @@
 """Rotary position embeddings: inverse frequencies per rope type, and the cos/sin tables.
 
 Rope types follow Hugging Face's `rope_scaling` dict (`rope_type` or legacy `type`):
-default, linear, dynamic (NTK-aware), yarn, llama3. Formulas match transformers.modeling_rope_utils
+default, linear, dynamic (NTK-aware), yarn, llama3, longrope. Formulas match transformers.modeling_rope_utils
 operation for operation, so the tables are bit-identical for the same config.
+
+`longrope` (Phi-3/Phi-4-mini) divides each frequency by a per-frequency factor: the short set, or the long set
+for contexts past original_max_position_embeddings. transformers picks the set per forward by the sequence's
+length; here the set is fixed by the rope table's length (max_model_len), as llama.cpp fixes it by its
+context size: with max_model_len <= the original window every sequence gets the short set (transformers'
+choice for all of them), above it every sequence gets the long set (transformers' choice once a sequence is
+longer than that window). One set per engine keeps a token's rotation independent of what else the engine
+saw (prefix hits, the determinism contract). Partial rotary (ModelConfig.rotary_dim, Phi-4-mini's 0.75):
+the tables hold the rotated leading dims' values, then cos 1 and sin 0 for the dims that pass through.
 
 `dynamic` (NTK-aware), as transformers does it: a sequence whose length stays within the trained
 window is rotated with the unscaled base; one that grows past it is rotated, in each step, with the base
@@ -19,7 +28,7 @@ from torch import nn
 
 from haltwise.config import ModelConfig
 
-ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3")
+ROPE_TYPES = ("default", "linear", "dynamic", "yarn", "llama3", "longrope")
 
 
 def rope_type_of(rope_scaling: dict[str, Any] | None) -> str:
@@ -83,11 +92,31 @@ def _llama3(base: float, dim: int, rs: dict[str, Any], max_pos: int) -> torch.Te
     return torch.where(medium, smoothed, scaled)
 
 
+def longrope_long(rs: dict[str, Any], max_pos: int, seq_len: int | None) -> bool:
+    """Whether LongRoPE takes its long factors for a table (or sequence) of seq_len positions."""
+    return bool(seq_len and seq_len > (rs.get("original_max_position_embeddings") or max_pos))
+
+
+def _longrope(base: float, dim: int, rs: dict[str, Any], max_pos: int,
+              seq_len: int | None) -> tuple[torch.Tensor, float]:
+    original = rs.get("original_max_position_embeddings") or max_pos
+    factor = rs.get("factor")
+    if factor is None:
+        factor = max_pos / original
+    attention = rs.get("attention_factor")
+    if attention is None:
+        attention = 1.0 if factor <= 1.0 else math.sqrt(1 + math.log(factor) / math.log(original))
+    ext = torch.tensor(rs["long_factor"] if longrope_long(rs, max_pos, seq_len) else rs["short_factor"],
+                       dtype=torch.float32)                                                   # (dim/2,)
+    return 1.0 / (ext * base ** (torch.arange(0, dim, 2, dtype=torch.int64).float() / dim)), attention
+
+
 def rope_parameters(head_dim: int, rope_theta: float, rope_scaling: dict[str, Any] | None,
                     max_position_embeddings: int, seq_len: int | None = None) -> tuple[torch.Tensor, float]:
     """(inv_freq (head_dim/2,) float32, attention_scaling) for a rope config.
 
-    seq_len only matters for `dynamic` (the length the NTK base is computed for; default the window).
+    seq_len only matters for `dynamic` (the length the NTK base is computed for; default the window) and
+    `longrope` (past the original window: the long factors).
     """
     kind, rs, dim, base = rope_type_of(rope_scaling), rope_scaling or {}, head_dim, rope_theta
     if kind == "default":
@@ -98,6 +127,8 @@ def rope_parameters(head_dim: int, rope_theta: float, rope_scaling: dict[str, An
         return dynamic_inv_freq(base, dim, rs["factor"], max_position_embeddings, seq_len), 1.0
     if kind == "yarn":
         return _yarn(base, dim, rs, max_position_embeddings)
+    if kind == "longrope":
+        return _longrope(base, dim, rs, max_position_embeddings, seq_len)
     return _llama3(base, dim, rs, max_position_embeddings), 1.0
 
 
@@ -143,15 +174,17 @@ class RotaryEmbedding(nn.Module):
 
     Tables are buffers, so `model.to(dtype)` casts them like transformers casts cos/sin to x.dtype.
     freq_factors (GGUF `rope_freqs`, llama3): inv_freq is divided by them, as llama.cpp does.
+    rotary_dim (partial rotary): the frequencies cover these leading dims; the rest get cos 1, sin 0.
     """
 
     def __init__(self, head_dim: int, rope_theta: float, rope_scaling: dict[str, Any] | None,
                  max_position_embeddings: int, max_len: int,
-                 freq_factors: tuple[float, ...] | None = None) -> None:
+                 freq_factors: tuple[float, ...] | None = None, rotary_dim: int | None = None) -> None:
         super().__init__()
         self.dynamic = rope_type_of(rope_scaling) == "dynamic"
+        rotary = rotary_dim or head_dim
         # dynamic: the tables are the unscaled ones; longer sequences get theirs per step.
-        inv_freq, scaling = rope_parameters(head_dim, rope_theta, rope_scaling, max_position_embeddings,
+        inv_freq, scaling = rope_parameters(rotary, rope_theta, rope_scaling, max_position_embeddings,
                                             seq_len=None if self.dynamic else max_len)
         if freq_factors is not None:
             inv_freq = inv_freq / torch.tensor(freq_factors, dtype=torch.float32)
@@ -161,11 +194,12 @@ class RotaryEmbedding(nn.Module):
         cos, sin = freqs.cos(), freqs.sin()
         if scaling != 1.0:
             cos, sin = cos * scaling, sin * scaling
-        self.register_buffer("cos", torch.cat((cos, cos), dim=-1), persistent=False)   # (L, D)
-        self.register_buffer("sin", torch.cat((sin, sin), dim=-1), persistent=False)   # (L, D)
+        passed = head_dim - rotary                                       # dims partial rotary leaves alone
+        self.register_buffer("cos", torch.cat((cos, cos, torch.ones(max_len, passed)), dim=-1), persistent=False)
+        self.register_buffer("sin", torch.cat((sin, sin, torch.zeros(max_len, passed)), dim=-1), persistent=False)
         self.attention_scaling = scaling
         self.max_len = max_len
-        self._ntk = (rope_theta, head_dim, (rope_scaling or {}).get("factor"), max_position_embeddings)
+        self._ntk = (rope_theta, rotary, (rope_scaling or {}).get("factor"), max_position_embeddings)
 
     @classmethod
     def for_config(cls, config: ModelConfig, max_len: int, local: bool = False) -> "RotaryEmbedding":
@@ -173,7 +207,7 @@ class RotaryEmbedding(nn.Module):
         if local:
             return cls(config.head_dim, config.rope_local_theta, None, config.max_position_embeddings, max_len)
         return cls(config.head_dim, config.rope_theta, config.rope_scaling, config.max_position_embeddings,
-                   max_len, config.rope_freq_factors)
+                   max_len, config.rope_freq_factors, config.rotary_dim)
 
     @classmethod
     def identity(cls, head_dim: int, max_len: int) -> "RotaryEmbedding":
@@ -200,10 +234,15 @@ class RotaryEmbedding(nn.Module):
                     inv_freq = dynamic_inv_freq(base, dim, factor, window, torch.tensor(length))
                     freqs = positions[rows].float()[:, None] * inv_freq[None, :]    # (Q, D/2)
                     emb = torch.cat((freqs, freqs), dim=-1)                   # (Q, D)
-                    cos[rows], sin[rows] = emb.cos().to(cos.dtype), emb.sin().to(sin.dtype)
+                    width = emb.shape[-1]                                     # the rotated dims
+                    cos[rows, :width], sin[rows, :width] = emb.cos().to(cos.dtype), emb.sin().to(sin.dtype)
         return cos.unsqueeze(1), sin.unsqueeze(1)
 
 
-def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """x: (T, heads, D) rotated by the (T, 1, D) tables: x * cos + rotate_half(x) * sin."""
-    return x * cos + rotate_half(x) * sin
+def apply_rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, rotary_dim: int | None = None) -> torch.Tensor:
+    """x: (T, heads, D) rotated by the (T, 1, D) tables: x * cos + rotate_half(x) * sin; with rotary_dim R < D
+    (partial rotary) only x[..., :R] is rotated, by the tables' first R values, and the rest passes through."""
+    if rotary_dim is None or rotary_dim == x.shape[-1]:
+        return x * cos + rotate_half(x) * sin
+    r, rest = x[..., :rotary_dim], x[..., rotary_dim:]
+    return torch.cat((r * cos[..., :rotary_dim] + rotate_half(r) * sin[..., :rotary_dim], rest), dim=-1)

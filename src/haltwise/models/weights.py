@@ -62,6 +62,8 @@ class WeightLoading:
                 raise ValueError(f"weight {name} has shape {tuple(tensor.shape)}, expected {tuple(target.shape)}")
             target.copy_(tensor)
             loaded.add(name)
+            if leaf in _UNFUSED:                    # a checkpoint that stores it fused (phi3) covers every part
+                loaded.update(f"{module}.{part}.{kind}" for part in _UNFUSED[leaf])
         missing = sorted(n for n in self.expected_weight_names() - loaded if skip is None or not skip(n))
         if missing:
             raise ValueError(f"missing weights: {', '.join(missing[:5])}{' ...' if len(missing) > 5 else ''}")

@@ -32,6 +32,9 @@ END_OF_GENERATION_TOKENS = (
     "<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "</s>", "<|end|>", "<end_of_turn>",
     "<|eom_id|>", "<|return|>", "<eos>",
 )
+# gpt-oss's harmony format (a vocabulary with <|channel|>): <|end|> closes one message (the analysis) and the
+# reply goes on with the next; <|return|> ends the reply and <|call|> ends it with a tool call (as llama.cpp).
+HARMONY_MARKER, HARMONY_NOT_END, HARMONY_ENDS = "<|channel|>", "<|end|>", ("<|return|>", "<|call|>")
 GGUF_BUILDERS = {"gpt2": byte_level_backend, "llama": sentencepiece_backend}
 
 __all__ = ["END_OF_GENERATION_TOKENS", "PRE_TOKENIZER_SPLITS", "Tokenizer"]
@@ -165,10 +168,13 @@ class Tokenizer:
         ids = {int(i) for i in (*self.generation_eos, *generation_eos)}
         if self.eos_token_id is not None:
             ids.add(self.eos_token_id)
-        for text in END_OF_GENERATION_TOKENS:
+        harmony = self._tk.token_to_id(HARMONY_MARKER) in self.special_token_ids
+        for text in (*END_OF_GENERATION_TOKENS, *HARMONY_ENDS) if harmony else END_OF_GENERATION_TOKENS:
             i = self._tk.token_to_id(text)
             if i is not None and i in self.special_token_ids:
                 ids.add(i)
+        if harmony:                         # whoever named it (a file's eot id included): it ends a message only
+            ids.discard(self._tk.token_to_id(HARMONY_NOT_END))
         return frozenset(ids)
 
     def special_token_texts(self) -> dict[str, int]:

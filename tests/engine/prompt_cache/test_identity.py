@@ -23,6 +23,17 @@ def test_each_input_changes_the_namespace():
     assert len({identity.namespace(*v) for v in variants} | {base}) == len(variants) + 1
 
 
+def test_longrope_factor_set_changes_the_namespace():
+    """phi3's LongRoPE rotates with its short or long factors by max_model_len: entries written under one set
+    never restore under the other; other rope types ignore max_model_len."""
+    longrope = replace(CONFIG, max_position_embeddings=512, rope_scaling={
+        "rope_type": "longrope", "original_max_position_embeddings": 128, "short_factor": [1.0] * 8,
+        "long_factor": [2.0] * 8})
+    short, short_too, long = (identity.namespace(BASE[0], longrope, *BASE[2:], n) for n in (64, 128, 512))
+    assert short == short_too and short != long
+    assert identity.namespace(*BASE, 64) == identity.namespace(*BASE, 512) == identity.namespace(*BASE)
+
+
 def test_model_digest_follows_the_file(tmp_path):
     f = tmp_path / "m.gguf"
     f.write_bytes(b"GGUF" + bytes(3 << 20))

@@ -17,6 +17,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from haltwise.models.rope import longrope_long
+
 FORMAT_VERSION = 1   # bump when the block byte layout (block_bytes.py) or the entry file (entry_file.py) changes
 _EDGE = 1 << 20
 
@@ -53,10 +55,14 @@ def plan_digest(plan: Any, native_every_step: bool) -> str:
     return f"{plan.cache_key}|{plan.batch_invariant}|{chosen}|native={native_every_step}"
 
 
-def namespace(model: str, model_config: Any, kv_dtype: str, block_size: int, dtype: str, plan: str) -> bytes:
-    """32-byte digest of everything that changes a block's bits (module docstring)."""
+def namespace(model: str, model_config: Any, kv_dtype: str, block_size: int, dtype: str, plan: str,
+              max_model_len: int | None = None) -> bytes:
+    """32-byte digest of everything that changes a block's bits (module docstring). max_model_len matters
+    only to LongRoPE (phi3), whose factor set it fixes (models/rope.py)."""
     c = model_config
     rope = (c.rope_theta, c.rope_scaling, c.rope_local_theta, c.rope_freq_factors)
+    if (c.rope_scaling or {}).get("rope_type") == "longrope":
+        rope += ("long" if longrope_long(c.rope_scaling, c.max_position_embeddings, max_model_len) else "short",)
     shape = (c.architecture, c.num_layers, c.num_kv_heads, c.head_dim, c.sliding_window, c.layer_types)
     text = json.dumps([FORMAT_VERSION, model, kv_dtype, block_size, dtype, repr(shape), repr(rope), plan])
     return hashlib.sha256(text.encode()).digest()

@@ -66,6 +66,13 @@ class DecodeStack {
         plus_one_(plus_one), act_(act), sandwich_(sandwich), table_(table_for(isa)) {
     TORCH_CHECK(heads % kv_heads == 0 && head_dim % 8 == 0 && hidden % 8 == 0,
                 "haltwise native: DecodeStack needs heads % kv_heads == 0 and head_dim, hidden multiples of 8");
+    rotary_ = head_dim;
+  }
+
+  // Partial rotary (phi3): RoPE turns each head's leading `dims` only; the tables keep D values a row.
+  void set_rotary_dim(int64_t dims) {
+    TORCH_CHECK(dims > 0 && dims <= D_ && dims % 2 == 0, "haltwise native: rotary dims must be even, <= head_dim");
+    rotary_ = dims;
   }
 
   void add_layer(const std::vector<torch::Tensor>& norms, const std::vector<torch::Tensor>& qk_norms,
@@ -231,7 +238,7 @@ class DecodeStack {
       void* vcp = vc.data_ptr();
       for (int64_t t = 0; t < T; ++t) {
         float* row = qp + t * width;
-        m.rope_rows(row, D_, H_ + KVH_, c.data_ptr<float>() + t * D_, s.data_ptr<float>() + t * D_, D_);
+        m.rope_rows(row, D_, H_ + KVH_, c.data_ptr<float>() + t * D_, s.data_ptr<float>() + t * D_, rotary_);
         for (int64_t h = 0; h < KVH_; ++h) rows_of[h] = slot[t] * KVH_ + h;
         m.store_kv(row + q_size, D_, KVH_, kcp, kv_format, rows_of.data(), D_);
         m.store_kv(row + q_size + kv_size, D_, KVH_, vcp, kv_format, rows_of.data(), D_);
@@ -325,6 +332,7 @@ class DecodeStack {
   }
 
   int64_t H_, KVH_, D_, hidden_, I_;
+  int64_t rotary_;                      // leading dims of a head RoPE rotates (D_ unless partial)
   float eps_;
   bool plus_one_;
   int64_t act_;
@@ -340,6 +348,7 @@ void register_decode_stack(pybind11::module_& m) {
                           const std::string&>())
       .def("add_layer", &DecodeStack::add_layer)
       .def("set_linear", &DecodeStack::set_linear)
+      .def("set_rotary_dim", &DecodeStack::set_rotary_dim)
       // forward reads only the tensors its caller holds alive: other Python threads (the event loop, the
       // watchdog) run meanwhile
       .def("forward", &DecodeStack::forward, pybind11::call_guard<pybind11::gil_scoped_release>())
