@@ -32,6 +32,7 @@
 
 #include "native_linear.h"
 #include "row_tiles.h"
+#include "stack_checks.h"
 #include "thread_pool.h"
 
 namespace haltwise_native {
@@ -116,52 +117,6 @@ class DecodeStack {
   //   0 <= table[t][j] < num_blocks for j < ceil(len[t] / block_size)  (the blocks those positions are in)
   //   cos/sin (and the local pair when given) hold T x D values     (row t's rotation)
   // A violation is a Python RuntimeError, never a write or read outside the caches.
-  void check_bounds(int64_t T, const torch::Tensor& cos, const torch::Tensor& sin, const torch::Tensor& cos_local,
-                    const torch::Tensor& sin_local, const std::vector<torch::Tensor>& k_caches,
-                    const torch::Tensor& slots, const torch::Tensor& block_tables, const torch::Tensor& window_slots,
-                    const torch::Tensor& window_tables, const torch::Tensor& seq_lens) const {
-    for (const torch::Tensor* r : {&cos, &sin, &cos_local, &sin_local}) {
-      TORCH_CHECK(!r->defined() || (r->scalar_type() == torch::kFloat32 && r->is_contiguous() && r->numel() >= T * D_),
-                  "haltwise native: rope tables must be contiguous float32 with ", T * D_, " values");
-    }
-    TORCH_CHECK(seq_lens.scalar_type() == torch::kLong && seq_lens.is_contiguous() && seq_lens.size(0) == T,
-                "haltwise native: one int64 context length per row");
-    int64_t pool_blocks[2] = {-1, -1};                   // [full-context layers, sliding layers]: one pool each
-    for (size_t li = 0; li < k_caches.size(); ++li) {
-      const bool sliding = layers_[li].window > 0;
-      if (pool_blocks[sliding] < 0) {
-        pool_blocks[sliding] = k_caches[li].size(0);
-        check_pool(T, k_caches[li], sliding ? window_slots : slots, sliding ? window_tables : block_tables, seq_lens);
-      }
-      TORCH_CHECK(k_caches[li].dim() == 4 && k_caches[li].size(0) == pool_blocks[sliding],
-                  "haltwise native: layer ", li, "'s cache holds ", k_caches[li].size(0), " blocks, its pool ",
-                  pool_blocks[sliding]);
-    }
-  }
-
-  static void check_pool(int64_t T, const torch::Tensor& cache, const torch::Tensor& slots,
-                         const torch::Tensor& block_tables, const torch::Tensor& seq_lens) {
-    TORCH_CHECK(slots.scalar_type() == torch::kLong && block_tables.scalar_type() == torch::kLong &&
-                slots.is_contiguous() && block_tables.is_contiguous() && block_tables.dim() == 2 &&
-                block_tables.size(0) == T && slots.size(0) == T,
-                "haltwise native: one int64 slot and block table per row, contiguous");
-    const int64_t num_blocks = cache.size(0), block_size = cache.size(1), nb = block_tables.size(1);
-    const int64_t* slot = slots.data_ptr<int64_t>();
-    const int64_t* lens = seq_lens.data_ptr<int64_t>();
-    const int64_t* tables = block_tables.data_ptr<int64_t>();
-    for (int64_t t = 0; t < T; ++t) {
-      TORCH_CHECK(slot[t] >= 0 && slot[t] < num_blocks * block_size, "haltwise native: row ", t, ": slot ", slot[t],
-                  " is outside the KV cache (", num_blocks * block_size, " slots)");
-      TORCH_CHECK(lens[t] >= 1 && lens[t] <= nb * block_size, "haltwise native: row ", t, ": context length ", lens[t],
-                  " is outside 1..", nb * block_size, " (its block table's reach)");
-      for (int64_t j = 0; j < (lens[t] + block_size - 1) / block_size; ++j) {
-        const int64_t block = tables[t * nb + j];
-        TORCH_CHECK(block >= 0 && block < num_blocks, "haltwise native: row ", t, ": block table entry ", j, " = ",
-                    block, " is outside the KV cache (", num_blocks, " blocks)");
-      }
-    }
-  }
-
   // h (T, hidden) float32, updated in place and returned. cos/sin (T, D) for global layers and
   // cos_local/sin_local for local-rope layers (may be undefined when no layer uses them); caches
   // (num_blocks, block_size, KVH, D) float32 or bfloat16, or (num_blocks, block_size, KVH, D + 4) int8
@@ -180,8 +135,8 @@ class DecodeStack {
     TORCH_CHECK(k_caches.size() == layers_.size() && v_caches.size() == layers_.size(),
                 "haltwise native: one K and one V cache per layer");
     const int64_t T = h.size(0), q_size = H_ * D_, kv_size = KVH_ * D_, width = q_size + 2 * kv_size;
-    check_bounds(T, cos, sin, cos_local, sin_local, k_caches, slots, block_tables, window_slots, window_tables,
-                 seq_lens);
+    check_bounds(layers_, D_, T, cos, sin, cos_local, sin_local, k_caches, slots, block_tables, window_slots,
+                 window_tables, seq_lens);
     const auto opts = h.options();
     torch::Tensor x = torch::empty({T, hidden_}, opts), qkv = torch::empty({T, width}, opts);
     torch::Tensor attn = torch::empty({T, q_size}, opts), proj = torch::empty({T, hidden_}, opts);
@@ -286,22 +241,6 @@ class DecodeStack {
   int64_t beats() const { return beats_.load(std::memory_order_relaxed); }
 
  private:
-  // The KVFormat a cache tensor's dtype stores (quant_kernels.h).
-  static int format_of(const torch::Tensor& cache) {
-    switch (cache.scalar_type()) {
-      case torch::kFloat32: return KV_F32;
-      case torch::kBFloat16: return KV_BF16;
-      case torch::kChar: return KV_Q8;
-      default: TORCH_CHECK(false, "haltwise native: KV caches must be float32, bfloat16 or int8");
-    }
-    return KV_F32;
-  }
-
-  static torch::Tensor float_vector(const torch::Tensor& t, int64_t n) {
-    TORCH_CHECK(t.numel() == n, "haltwise native: expected ", n, " values, got ", t.numel());
-    return t.detach().to(torch::kFloat32).contiguous().view({n});
-  }
-
   void linear(const StackLinear& l, int64_t bucket, const torch::Tensor& x, torch::Tensor& y) const {
     TORCH_CHECK(bucket >= 0 && bucket < (int64_t)l.native_bucket.size(), "haltwise native: bad bucket ", bucket);
     TORCH_CHECK(l.native_bucket[bucket] ? !l.native.shards.empty() : l.dense.defined(),
@@ -312,16 +251,6 @@ class DecodeStack {
       run_dense(l.dense.data_ptr<float>(), l.N, l.K, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
     }
     if (l.bias.defined()) add_bias(l.bias.data_ptr<float>(), y.data_ptr<float>(), x.size(0), l.N, y.stride(0));
-  }
-
-  // y[r, :] += bias, one float add per value (the bits of torch's add_). A plain loop, not y.add_(bias):
-  // a 32-row add is big enough for torch to open an OpenMP region, whose threads then contended with the
-  // native pool's (8% of Qwen2.5's 32-row stack, mostly waiting).
-  static void add_bias(const float* bias, float* y, int64_t rows, int64_t n, int64_t ldy) {
-    for (int64_t r = 0; r < rows; ++r) {
-      float* row = y + r * ldy;
-      for (int64_t i = 0; i < n; ++i) row[i] += bias[i];
-    }
   }
 
   // h += out, where sandwich models norm the sub-layer output first (norm index 1 or 3).
