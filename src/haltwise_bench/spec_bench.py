@@ -25,6 +25,7 @@ import time
 from dataclasses import replace
 
 from haltwise_bench.common import median
+from haltwise_bench.natural_chat import PROMPTS as NATURAL_CHAT
 from haltwise.sampling_params import RepetitionDetection, SamplingParams
 from haltwise.tools.model_args import add_model_arguments, batch_limit, engine_config_from
 
@@ -47,14 +48,7 @@ PROMPTS = {
         "Give me three tips for learning a new language.",
         "Explain what a black hole is to a ten year old.",
     ],
-    "chat": [
-        "What is the capital of France?",
-        "How do I boil an egg so the yolk stays soft?",
-        "Write a Python function that checks whether a string is a palindrome.",
-        "What are the main differences between a list and a tuple in Python?",
-        "Suggest a name for a small bakery and explain why in one sentence.",
-        "Summarise the plot of Romeo and Juliet in three sentences.",
-    ],
+    "chat": list(NATURAL_CHAT[:6]),          # the first six of bench peers' natural chat
 }
 DRAFT = "draft"   # the setting where the draft model drafts
 
