@@ -4,12 +4,13 @@ Each plan is drawn from a seeded random.Random, so a run's mix is reproducible; 
 """
 from __future__ import annotations
 
-import ipaddress
 import json
 import random
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
+
+from haltwise.server.edge_security import is_loopback as loopback_host
 
 PROMPTS = (
     "Write a short poem about the sea.",
@@ -57,13 +58,8 @@ class StressConfig:
 
 
 def is_loopback(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
+    """Whether the URL's host is a loopback name or address (the server's own rule)."""
+    return loopback_host(urlsplit(url).hostname or "")
 
 
 @dataclass(frozen=True, slots=True)
