@@ -10,6 +10,7 @@ from haltwise.engine.factory import build_engine
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
 from haltwise.stopping.intent import resolve_auto
+from haltwise.structured.opener import append_opener, json_opener
 from haltwise.toolcalls import parse_tool_request, plan_tool_calls, template_messages
 from haltwise.toolcalls.response import chat_message
 
@@ -61,9 +62,13 @@ class LLM:
         plan = plan_tool_calls(parse_tool_request(tools, tool_choice, parallel_tool_calls), self.tokenizer,
                                tool_call_parser)
         extra = plan.template_kwargs if plan is not None else {}
-        ids = [self.chat_prompt_ids(template_messages(c), add_generation_prompt, **extra) for c in conversations]
         last_user = [next((m["content"] for m in reversed(c) if m["role"] == "user"), None) for c in conversations]
         params = resolve_auto(params or SamplingParams(), last_user)
+        opener = json_opener(params.structured_outputs, add_generation_prompt=add_generation_prompt,
+                             tools=plan is not None and plan.constraint is not None,
+                             think_section=self.engine.reasoning_tags is not None)
+        ids = [self.chat_prompt_ids(template_messages(c), add_generation_prompt, **extra) for c in conversations]
+        ids = [append_opener("", i, opener, self.tokenizer)[1] for i in ids]
         if plan is not None:   # one conversation: a repeat of a call it answered is a tool loop
             params = plan.apply(params, template_messages(conversations[0]) if len(conversations) == 1 else ())
         outs = self._run(ids, params)

@@ -2,7 +2,8 @@
 
 - SmolLM2: JSON answers never run to max_tokens: they end with the grammar, or a loop inside a value is
   closed by the server (termination repetition, forced close -> finish_reason "length") -- either way the
-  content parses and validates; streamed equals non-streamed.
+  content parses and validates; streamed equals non-streamed. JSON mode's six simple prompts end by
+  themselves (structured/opener.py, structured/unique_keys.py).
 - Qwen2.5-Coder-0.5B: after a get_weather call and its result, with tool_choice auto, the answer ends
   with content or with reason tool_loop -- never "length" from a repeated call; /metrics counts it.
 """
@@ -88,8 +89,22 @@ def test_a_looping_string_is_closed_valid_and_streams_the_same(smol) -> None:
 
 
 @pytest.mark.parametrize("prompt", SIMPLE)
-def test_json_object_never_runs_to_the_limit(smol, prompt: str) -> None:
-    _ended_valid(_json(smol, prompt, {"type": "json_object"}), {"type": "object"})
+def test_json_object_ends_by_itself(smol, prompt: str) -> None:
+    """JSON mode (the hidden opener line, unique keys): each simple prompt ends by the grammar, never closed."""
+    choice = _json(smol, prompt, {"type": "json_object"})
+    assert _ended_valid(choice, {"type": "object"})["reason"] == "grammar"
+    assert choice.message.content.startswith("{")
+
+
+def test_the_opener_is_prompt_not_content_and_can_be_turned_off(smol) -> None:
+    model, ask = smol.models.list().data[0].id, [{"role": "user", "content": SIMPLE[0]}]
+    on = smol.chat.completions.create(model=model, messages=ask, temperature=0, max_tokens=MAX,
+                                      response_format={"type": "json_object"})
+    off = smol.chat.completions.create(model=model, messages=ask, temperature=0, max_tokens=MAX,
+                                       extra_body={"structured_outputs": {"json_object": True, "opener": False}})
+    assert on.usage.prompt_tokens - off.usage.prompt_tokens == 3        # "```", "json", "\n" in SmolLM2's vocabulary
+    assert on.choices[0].message.content.startswith("{") and off.choices[0].message.content.startswith("{")
+    assert on.choices[0].message.content != off.choices[0].message.content
 
 
 def _round_trip(oai, **extra):

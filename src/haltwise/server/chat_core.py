@@ -3,7 +3,7 @@
 Every chat surface is a thin adapter over this module:
 
     surface request --translate--> ChatTurn (OpenAI-shaped messages + SamplingParams + tools)
-    ChatTurn --chat_prompt--> prompt ids (template; user/tool text never becomes control tokens)
+    ChatTurn --answer_prompt--> prompt ids (template; user/tool text never becomes control tokens)
     ChatCall: start() -> deltas() | result() -> close()      (generation.respond drives it)
     ChatResult / ChatDelta --map--> surface response / events   (termination mapped, never recomputed)
 
@@ -19,7 +19,7 @@ from fastapi import Request
 
 from haltwise.outputs import CompletionOutput, RequestOutput
 from haltwise.sampling_params import ParamError, SamplingParams
-from haltwise.server.chat_prompt import chat_prompt
+from haltwise.server.chat_prompt import answer_prompt
 from haltwise.server.chat_tools import prepare_chat
 from haltwise.server.generation import Generation, raise_if_failed
 from haltwise.server.state import Served
@@ -106,8 +106,8 @@ class ChatCall:
             turn.tools, turn.tool_choice, turn.parallel_tool_calls, turn.messages, turn.params,
             served.tokenizer, served.st.tool_call_parser)
         self.tools = plan.constraint if plan is not None else None          # None: a plain text answer
-        self.prompt_text, self.prompt_ids = chat_prompt(served, messages,
-                                                    **{**turn.template_kwargs, **template_kwargs})
+        self.prompt_text, self.prompt_ids = answer_prompt(served, messages, self.params, self.tools is not None,
+                                                      **{**turn.template_kwargs, **template_kwargs})
         self.generation = Generation(served, request, rid, [self.prompt_ids], [self.prompt_text], self.params)
 
     @property

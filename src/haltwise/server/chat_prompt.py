@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from haltwise.sampling_params import ParamError
+from haltwise.sampling_params import ParamError, SamplingParams
+from haltwise.stopping.reasoning import ReasoningTags
+from haltwise.structured.opener import append_opener, json_opener
 
 
 def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
@@ -25,6 +27,17 @@ def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prom
         raise ParamError("messages", str(exc)) from exc
     except TypeError as exc:   # a template variable of a type the template cannot use (chat_template_kwargs)
         raise ParamError("chat_template_kwargs", f"the chat template could not render this request: {exc}") from exc
+
+
+def answer_prompt(served: Any, messages: list[dict[str, Any]], params: SamplingParams, calls_allowed: bool,
+                  **extra: Any) -> tuple[str, list[int]]:
+    """chat_prompt with a generation prompt, then JSON mode's hidden opener line where it applies
+    (structured/opener.py; `calls_allowed`: the request lets the model call tools; `extra`: template
+    variables, the tools list among them)."""
+    text, ids = chat_prompt(served, messages, **extra)
+    opener = json_opener(params.structured_outputs, add_generation_prompt=True, tools=calls_allowed,
+                         think_section=ReasoningTags.of(served.tokenizer) is not None)
+    return append_opener(text, ids, opener, served.tokenizer)
 
 
 def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

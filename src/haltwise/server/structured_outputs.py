@@ -6,7 +6,8 @@ Three spellings, at most one per request (a second is a 400 naming it):
   schema. `strict` is accepted either way: haltwise always enforces the whole schema (and refuses a
   schema it could not enforce) -- there is no best-effort mode. {"type": "text"} asks for nothing.
 - vLLM `structured_outputs`: exactly one of json | regex | choice | grammar | json_object, plus
-  whitespace_pattern and disable_any_whitespace.
+  whitespace_pattern and disable_any_whitespace; and haltwise's `opener` (false: no hidden "```json" line
+  before a json_object answer, structured/opener.py).
 - vLLM's legacy `guided_json | guided_regex | guided_choice | guided_grammar` (+ guided_whitespace_pattern).
 The grammar itself is compiled and validated by the engine's backend when the request arrives.
 """
@@ -47,6 +48,7 @@ class StructuredOutputsSpec(_Strict):
     json_object: bool | None = None
     whitespace_pattern: str | None = None
     disable_any_whitespace: bool = False
+    opener: bool = True
 
 
 def structure_of(body: Any) -> StructuredOutputs | None:
@@ -109,4 +111,5 @@ def _from_structured_outputs(so: StructuredOutputsSpec) -> StructuredOutputs:
         raise ParamError("structured_outputs.whitespace_pattern", "whitespace_pattern and disable_any_whitespace "
                          "exclude each other")
     return StructuredOutputs(**{kind: value}, whitespace_pattern=so.whitespace_pattern,
-                             disable_any_whitespace=so.disable_any_whitespace, param=f"structured_outputs.{kind}")
+                             disable_any_whitespace=so.disable_any_whitespace, opener=so.opener,
+                             param=f"structured_outputs.{kind}")

@@ -19,6 +19,7 @@ from llguidance.gbnf_to_lark import any_to_lark
 from haltwise.structured.closing import MAX_CLOSING_TOKENS, allowed_ids, closing_rank, ideal_close
 from haltwise.structured.schema_check import check_schema
 from haltwise.structured.spec import BOUNDED_JSON_WHITESPACE, StructuredOutputs, StructureError
+from haltwise.structured.unique_keys import KeyIndex, UniqueKeys
 from haltwise.tokenizer.tokenizer import Tokenizer
 
 GRAMMAR_CACHE_SIZE = 256
@@ -29,9 +30,13 @@ class LLGuidanceMatcher:
         self.spec = spec
         self._m = matcher
         self._backend = backend
+        self._keys = backend.unique_keys() if backend is not None and spec.kind in ("json", "json_object") else None
 
     def consume(self, token_id: int) -> bool:
-        return bool(self._m.consume_token(token_id))
+        ok = bool(self._m.consume_token(token_id))
+        if ok and self._keys is not None:
+            self._keys.feed(token_id)
+        return ok
 
     @property
     def is_complete(self) -> bool:
@@ -43,7 +48,13 @@ class LLGuidanceMatcher:
 
     def rollback(self, num_tokens: int) -> bool:
         """Undo the last num_tokens consumed tokens (a cut moved back); False if llguidance cannot."""
-        return num_tokens == 0 or bool(self._m.rollback(num_tokens))
+        if num_tokens == 0:
+            return True
+        if not self._m.rollback(num_tokens):
+            return False
+        if self._keys is not None:
+            self._keys.rollback(num_tokens)
+        return True
 
     def close(self, text: str) -> list[int] | None:
         """The tokens that complete the structure after `text` (what it consumed), chosen by
@@ -82,6 +93,8 @@ class LLGuidanceMatcher:
         self._m.unsafe_compute_mask_ptr(row.data_ptr(), row.numel() * 4)
         if self._m.is_error():
             row.zero_()
+        elif self._keys is not None:     # no key an open object already holds (unique_keys.py)
+            self._keys.trim(row)
 
 
 @dataclass(frozen=True)
@@ -109,6 +122,7 @@ class LLGuidanceBackend:
         self._cache_size = cache_size
         self._rank: torch.Tensor | None = None   # closing ranks (structured/closing.py), built on first use
         self._by_text: dict[str, int] = {}        # token text -> lowest id spelling it (with _rank)
+        self._key_tables: tuple[KeyIndex, list[bytes]] | None = None   # unique_keys.py, built on first use
 
     @property
     def vocab_size(self) -> int:
@@ -129,6 +143,15 @@ class LLGuidanceBackend:
                     if i not in never and raw:
                         self._by_text.setdefault(raw.decode("utf-8", errors="replace"), i)
             return self._rank
+
+    def unique_keys(self) -> UniqueKeys:
+        """A fresh duplicate-key guard for one JSON answer (the tokenizer's tables are built once)."""
+        with self._lock:
+            if self._key_tables is None:
+                raw = [self._tokenizer.token_bytes(i) for i in range(self._tokenizer.vocab_size)]
+                raw += [b""] * max(0, self._vocab_size - len(raw))
+                self._key_tables = KeyIndex(raw), raw
+            return UniqueKeys(*self._key_tables)
 
     def token_text(self, token_id: int) -> str:
         return self._tokenizer.token_bytes(token_id).decode("utf-8", errors="replace")

@@ -3,7 +3,8 @@
 Exactly one of json / regex / choice / grammar / json_object is set. `param` is where the constraint
 came from in the request (e.g. "response_format.json_schema.schema"), so a compile error names it.
 Whitespace inside JSON is bounded by default (see BOUNDED_JSON_WHITESPACE); `whitespace_pattern`
-replaces that bound, `disable_any_whitespace` forbids whitespace between JSON tokens.
+replaces that bound, `disable_any_whitespace` forbids whitespace between JSON tokens. `opener` (json_object
+only) is not part of the grammar: it adds a line to the chat prompt (structured/opener.py).
 """
 from __future__ import annotations
 
@@ -42,6 +43,7 @@ class StructuredOutputs:
     json_object: bool = False               # any JSON object (response_format json_object)
     whitespace_pattern: str | None = None   # regex for whitespace between JSON tokens
     disable_any_whitespace: bool = False
+    opener: bool = True                     # json_object: the hidden "```json" line before the answer (opener.py)
     name: str | None = None                 # json_schema.name, for the termination detail
     param: str = field(default="structured_outputs", compare=False)
 
