@@ -4,8 +4,11 @@ A format whose numbers leave its own error bound, or that claims batch invarianc
 caught at engine build and the linear falls back to float32-native -- before any request runs.
 """
 
+import pytest
 import torch
 import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
@@ -13,7 +16,7 @@ from haltwise.kernels import model_plan, plan
 from haltwise.kernels.formats import LinearFormat, LinearSource, float32_sum_bound, get
 from haltwise.kernels.planned_linear import PlannedLinear
 from haltwise.kernels.plan import BUCKETS
-from haltwise.kernels.verify import verify_linear
+from haltwise.kernels.verify import CHECK_WEIGHTS, EDGE_ROWS, checked_rows, verify_linear, verify_model
 from tests.kernels.broken_formats import WrongNumbers
 
 
@@ -103,3 +106,51 @@ def test_batch_invariant_linears_are_verified_up_to_64_rows():
     layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
     assert report is not None and not report.failures
     assert report.checked == 7 * len(layers) and BUCKETS[6] == 64
+
+
+@settings(max_examples=200, deadline=None)
+@given(out=st.integers(1, 200_000), k=st.sampled_from([64, 896, 1536, 2048, 8960, 18944]))
+def test_checked_rows_cover_the_edges_and_every_tile_residue(out, k):
+    rows = checked_rows(out, k)
+    assert torch.equal(rows, rows.unique()) and int(rows.min()) == 0 and int(rows.max()) == out - 1
+    if len(rows) < out:                                   # sampled: head and tail tiles whole, every residue
+        assert set(range(EDGE_ROWS)) | set(range(out - EDGE_ROWS, out)) <= set(rows.tolist())
+        assert {r % 64 for r in rows.tolist()} == set(range(64))
+        assert len(rows) * k <= 2 * max(CHECK_WEIGHTS, 4 * EDGE_ROWS * k)
+
+
+class WrongInOneTileRow(LinearFormat):
+    """Right everywhere but the 6th row of every 8-row tile past the first 64 (a tile-indexing slip)."""
+    name, tolerance, batch_invariant = "test-one-tile-row", 1e-5, True
+
+    def prepare(self, source):
+        return source.weight.float()
+
+    def run(self, prepared, x):
+        y = F.linear(x, prepared)
+        y[:, 64 + 5::8] *= 1.01
+        return y
+
+    def error_bound(self, x, weight, abs_dot):
+        return 4 * float32_sum_bound(weight, abs_dot)
+
+
+@pytest.mark.parametrize("fmt, fails", [(WrongInOneTileRow(), True), (get("float32-native"), False)])
+def test_a_large_linear_is_checked_on_sampled_rows_and_a_tile_slip_is_caught(fmt, fails):
+    """4096 x 1024: only checked_rows' ~2k rows are dequantized and compared, yet a wrong row in every tile is
+    caught; the sample is asked of the source (weight_rows), never the whole float32 weight."""
+    w = torch.randn(4096, 1024, generator=torch.Generator().manual_seed(2))
+    asked = []
+
+    def rows_only(ids):
+        asked.append(len(ids))
+        return w[ids]
+
+    source = LinearSource("big", torch.empty(4096, 1024, device="meta"), load_weight=lambda: w, load_rows=rows_only)
+    layer = PlannedLinear(LinearSource("big", w), [[fmt.name]] * len(BUCKETS), {fmt.name: fmt, "float32": get("float32")})
+    model = torch.nn.Sequential()
+    model.add_module("big", layer)
+    x = torch.randn(8, 1024, generator=torch.Generator().manual_seed(3))
+    report = verify_model(model, {"big": source}, {"big": x}, replan=lambda name: "float32-native")
+    assert asked and asked[0] < 4096 and len(checked_rows(4096, 1024)) == asked[0]
+    assert bool(report.failures) == fails

@@ -47,6 +47,16 @@ def test_every_linear_weight_equals_the_eager_one(eager, mapped):
         assert torch.equal(mapped.load_linear_weight(name), module.weight), name
 
 
+@settings(max_examples=20, deadline=None)
+@given(picks=st.lists(st.integers(0, 2**20), min_size=1, max_size=40), which=st.integers(0, 30 * 4))
+def test_some_rows_of_a_linear_equal_those_of_the_eager_weight(eager, mapped, picks, which):
+    """Verification dequantizes only sampled output rows (kernels/verify.py): the same values, fused shards
+    and SmolLM2's llama-permuted q/k rows included."""
+    name, module = [(n, m) for n, m in eager.named_modules() if isinstance(m, nn.Linear)][which]
+    ids = torch.tensor(sorted({p % module.weight.shape[0] for p in picks}))
+    assert torch.equal(mapped.load_linear_weight.rows(name, ids), module.weight[ids]), name
+
+
 def test_the_rest_is_loaded_like_the_eager_model(eager, mapped):
     ours = {n: p for n, p in mapped.named_parameters() if not p.is_meta}
     theirs = dict(eager.named_parameters())

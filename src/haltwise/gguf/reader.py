@@ -162,6 +162,16 @@ def gguf_weights(reader: GGUFFile, config: ModelConfig, path: Path) -> Iterator[
         yield t.hf_name, tensor_values(t)
 
 
+def tensor_rows(t: GGUFTensor, rows: torch.Tensor) -> torch.Tensor:
+    """Rows `rows` (Hugging Face order) of a 2-D tensor_values(t), dequantizing only their blocks."""
+    raw = rows
+    if t.unpermute_heads:     # HF row i is stored at raw row source[i]
+        source = unpermute_qk(torch.arange(t.shape[0], dtype=torch.float32)[:, None], t.unpermute_heads)
+        raw = source[rows, 0].long()
+    w = dequantize(np.ascontiguousarray(t.data[raw.numpy()]), t.qtype, (len(rows), t.shape[1]))
+    return w - 1.0 if t.norm_plus_one else w
+
+
 def tensor_values(t: GGUFTensor) -> torch.Tensor:
     """One tensor as the model holds it: float32, q/k rows in Hugging Face order, Gemma norms as w."""
     w = dequantize(t.data, t.qtype, t.shape)

@@ -63,18 +63,21 @@ class LinearSource:
 
     Weights kept only as they run (issue 25): a model loaded from a mapped GGUF has no float32 linears
     (their parameters are meta tensors). Such a source is given `load_weight`, and `weight` dequantizes on
-    first use and holds the result until `release()`: only the formats that multiply in float32, the plan's
-    measuring and its verification ever ask, one linear at a time.
+    first use and holds the result until `release()`: only the formats that multiply in float32 and the
+    plan's measuring ever ask, one linear at a time. Verification asks `weight_rows` (load_rows: a few
+    output rows dequantized).
     """
 
     def __init__(self, name: str, weight: torch.Tensor, bias: torch.Tensor | None = None,
                  gguf: list[GGUFShard] | None = None, max_rows: int | None = None,
-                 load_weight: Callable[[], torch.Tensor] | None = None):
+                 load_weight: Callable[[], torch.Tensor] | None = None,
+                 load_rows: Callable[[torch.Tensor], torch.Tensor] | None = None):
         if weight.is_meta and load_weight is None:
             raise ValueError(f"{name}: a meta weight needs load_weight")
         self.name, self.bias, self.gguf, self.max_rows = name, bias, gguf, max_rows
         self.records: RecordCache | None = None     # the model's regrouped records on disk (set by the plan)
         self._stored, self._load, self._loaded = weight, load_weight, None
+        self._load_rows = load_rows
         self._group: str | None = None
 
     @property
@@ -84,6 +87,13 @@ class LinearSource:
         if self._loaded is None:
             self._loaded = self._load()
         return self._loaded
+
+    def weight_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        """The float32 weights of some output rows (ascending ids): only those are dequantized when the source
+        can (load_rows), else rows of `weight`. Nothing is kept."""
+        if self._stored.is_meta and self._loaded is None and self._load_rows is not None:
+            return self._load_rows(rows)
+        return self.weight[rows]
 
     def release(self) -> None:
         """Drop a weight dequantized on demand (a format that multiplies by it keeps its own reference)."""

@@ -76,9 +76,11 @@ def linear_sources(model: nn.Module) -> Iterator[tuple[nn.Module, str, LinearSou
     lm_head only ever sees the rows being sampled (at most max_num_seqs, 64 by default): its
     max_rows is BUCKETS[-2], so the plan does not time it at 256 rows. A linear whose weight was never
     materialized (a meta tensor: models/loader.py's mapped weights) is read through the model's
-    `load_linear_weight(name)` when a format or the plan needs its float32 values.
+    `load_linear_weight(name)` when a format or the plan needs its float32 values (`.rows(name, ids)`: only
+    some output rows, for verification).
     """
     load = getattr(model, "load_linear_weight", None)
+    load_rows = getattr(load, "rows", None)
     for parent_name, parent in list(model.named_modules()):
         for attr, child in list(parent.named_children()):
             if isinstance(child, nn.Linear):
@@ -86,7 +88,8 @@ def linear_sources(model: nn.Module) -> Iterator[tuple[nn.Module, str, LinearSou
                 yield parent, attr, LinearSource(name, child.weight.detach(),
                                                  None if child.bias is None else child.bias.detach(),
                                                  max_rows=BUCKETS[-2] if attr == "lm_head" else None,
-                                                 load_weight=partial(load, name) if load is not None else None)
+                                                 load_weight=partial(load, name) if load is not None else None,
+                                                 load_rows=partial(load_rows, name) if load_rows is not None else None)
 
 
 def apply_plan(model: nn.Module, plan: KernelPlan, formats: dict[str, LinearFormat],

@@ -21,7 +21,7 @@ from torch import nn
 
 from haltwise.gguf.dequant import dequantize
 from haltwise.errors import ModelLoadError
-from haltwise.gguf.reader import GGUFTensor, tensor_values
+from haltwise.gguf.reader import GGUFTensor, tensor_rows, tensor_values
 from haltwise.models.weights import FUSED, split_name
 
 
@@ -56,6 +56,17 @@ class MappedLinears:
     def __call__(self, name: str) -> torch.Tensor:
         pieces = [tensor_values(t) for t in self._parts[name]]
         return pieces[0] if len(pieces) == 1 else torch.cat(pieces)
+
+    def rows(self, name: str, ids: torch.Tensor) -> torch.Tensor:
+        """The float32 weights of output rows `ids` (ascending) of the fused linear: only those rows'
+        blocks are dequantized. Equal to self(name)[ids]."""
+        pieces, start = [], 0
+        for t in self._parts[name]:
+            local = ids[(ids >= start) & (ids < start + t.shape[0])] - start
+            start += t.shape[0]
+            if len(local):
+                pieces.append(tensor_rows(t, local))
+        return torch.cat(pieces)
 
 
 def fused_linear(hf_name: str) -> tuple[str, int]:
