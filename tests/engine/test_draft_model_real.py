@@ -59,7 +59,10 @@ def test_qwen_05b_drafts_for_15b_exactly():
 def test_determinism_probe_with_the_draft_on():
     """SPEC §11 with the draft model drafting in every step (--speculative-max-batch none): the same greedy
     and seeded request gives the same tokens alone, again (a prefix-cache hit), beside 1, 3 and 7 others,
-    and joining while they decode -- and the tokens of decoding without any speculation."""
+    joining while they decode, with one thread and after a restart (plans read from the cache) -- and the
+    tokens of decoding without any speculation."""
+    import torch
+
     from tests.engine.test_determinism_real import NO_LOOPS, OTHERS, TARGET, run
 
     real_model_path("qwen2.5-coder-1.5b")
@@ -80,4 +83,16 @@ def test_determinism_probe_with_the_draft_on():
         for k in (1, 3, 7):
             assert run(engine, prompts[:1 + k], params)[0] == plain, f"beside {k} others"
         assert run(engine, prompts, params, join_after=3)[0] == plain, "joining beside decoding requests"
+        threads = torch.get_num_threads()
+        torch.set_num_threads(1)
+        try:
+            assert run(engine, prompts[:1], params)[0] == plain, "one thread"
+        finally:
+            torch.set_num_threads(threads)
+        restarted = build_engine("qwen2.5-coder-1.5b", default_config("--draft-model", "qwen2.5-coder-0.5b",
+                                                                      "--speculative-max-batch", "none"))
+        assert restarted.kernel_plan.from_cache and restarted.speculator.draft is not None
+        assert run(restarted, prompts[:1], params)[0] == plain, "after a restart"
+        assert restarted.speculator.num_model_accepted > 0
+        del restarted
     assert engine.speculator.num_model_accepted > 0
