@@ -119,13 +119,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve_several(args: argparse.Namespace) -> int:
-    """Several models from one address (serve_models.py); refused where it cannot apply."""
-    refused = ("--replicas / --ray-address" if args.replicas or args.ray_address else
-               "--served-model-name" if args.served_model_name else "--tiny" if args.tiny else None)
+    """Several models from one address (serve_models.py), in this process or on Ray replicas (--replicas /
+    --ray-address: each replica serves every model, cluster/launch_models.py); refused where it cannot apply."""
+    refused = "--served-model-name" if args.served_model_name else "--tiny" if args.tiny else None
     if refused:
         print(f"haltwise serve: error: {refused} serves one model; not with --models-dir or several --model",
               file=sys.stderr, flush=True)
         return 2
+    if args.replicas or args.ray_address:
+        try:
+            args.models_spec = serve_models.spec_from(args)
+        except ValueError as exc:            # a bad --models-dir
+            print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        args.served_model_name = ", ".join(name for name, _ in args.models_spec.table)
+        from haltwise.cluster.launch import serve_cluster
+
+        return serve_cluster(args, _serve, several=True)
     try:
         tiers = args.prompt_cache.open()     # one RAM tier (and disk tier) for every model: entries are per model
         registry = serve_models.build_registry(args, tiers)
