@@ -137,7 +137,7 @@ class ModelsReplica:
 
     def record_routing_stats(self) -> dict[str, Any]:
         s = self.registry.stats()
-        engine = {} if s is None else {
+        engine = {"running": 0, "waiting": 0, "kv_blocks_used": 0, "kv_blocks_total": 0} if s is None else {
             "running": s.num_running, "waiting": s.num_waiting, "kv_blocks_used": s.kv_blocks_used,
             "kv_blocks_total": s.kv_blocks_total, "breaker_state": s.breaker_state,
             "preemptions": s.preemptions_total, "prefix_cache_hit_tokens": s.prefix_cache_hit_tokens}
