@@ -22,7 +22,8 @@ def _replica(name: str, models: dict[str, str] | None = None, free: int = 0, at:
     stats = {} if models is None else {
         "models": {m: {"status": {"value": s}} for m, s in models.items()}, "free_bytes": free,
         "reported_at": time.time() if at is None else at}
-    return SimpleNamespace(replica_id=ReplicaID(unique_id=name, deployment_id=DEPLOYMENT), routing_stats=stats)
+    return SimpleNamespace(replica_id=ReplicaID(unique_id=name, deployment_id=DEPLOYMENT), routing_stats=stats,
+                           max_ongoing_requests=8)
 
 
 def _request(method: str, args: list) -> Callable[[], PendingRequest]:
@@ -57,8 +58,13 @@ def test_the_replicas_holding_the_model_come_first() -> None:
     a = _replica("a", {"m": "loaded"}, free=1)
     b = _replica("b", {}, free=9)
     c = _replica("c", {"m": "loading", "n": "loaded"}, free=5)
-    assert _choose(_router(), [a, b, c], _generate("m")) == [["a", "c"], ["b"]]
-    assert _choose(_router(), [a, b, c], _request("load", ["m", 60.0]))[0] == ["a", "c"]
+    assert _choose(_router(), [a, b, c], _generate("m")) == [["a", "c"]]     # b only once both are full
+    assert _choose(_router(), [a, b, c], _request("load", ["m", 60.0])) == [["a", "c"]]
+    router = _router()
+    router.replica_queue_len_cache.update(a.replica_id, 8)
+    assert _choose(router, [a, b, c], _generate("m")) == [["a", "c"]]
+    router.replica_queue_len_cache.update(c.replica_id, 9)
+    assert _choose(router, [a, b, c], _generate("m")) == [["a", "c"], ["b"]]
 
 
 def test_without_a_holder_the_roomiest_replica_comes_first() -> None:

@@ -7,8 +7,9 @@ Which replica has M is known two ways, as router.py knows prefixes:
   routed    requests for M this router sent to a replica since that replica's last report (the replica is
             loading M: a burst of first requests for M goes to one replica and waits for its one load)
 
-    ranks  [holders of M]  [best other]  [next other] ...      Serve takes the shortest queue within a rank
-                                                               and goes to the next rank when all are full
+    ranks  [holders of M]                                 Serve takes the shortest queue among them
+           [holders of M] [best other] [next other] ...   when every holder's queue is known to be full, or
+           [best other] [next other] ...                   none holds M (Serve goes down the ranks)
 Calls: generate(request_id, prompt, params, route) and load(model, wait_s) are routed by their model;
 unload(model, replica) goes to that replica (any other, if it is gone: it answers "skipped"); the rest
 (info) to any two.
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import random
 import time
-from typing import Any
+from typing import Any, Callable
 
 from ray.serve.request_router import PendingRequest, ReplicaID, RequestRouter, RunningReplica
 
@@ -56,13 +57,19 @@ def holds(stats: dict[str, Any], routed_at: float | None, model: str) -> bool:
     return routed_at is not None and routed_at >= stats.get("reported_at", 0.0) - ROUTED_GRACE_S
 
 
-def rank_for_model(model: str, replicas: list[Any], routed: dict[str, float]) -> list[list[Any]]:
+def rank_for_model(model: str, replicas: list[Any], routed: dict[str, float],
+                   full: Callable[[Any], bool] = lambda r: False) -> list[list[Any]]:
     """Ranks of replicas for a request for `model` (see the module docstring). replicas: RunningReplicas;
-    routed: replica id -> when a request for `model` was last routed there."""
+    routed: replica id -> when a request for `model` was last routed there; full(replica): its queue is known
+    to be full. Other replicas are ranked only when no holder can take the request: a holder slow to answer
+    Serve's queue probe (a busy host) is waited for, never passed over for a replica that would load the
+    model again."""
     holders, others = [], []
     for r in replicas:
         rid = r.replica_id.unique_id
         (holders if holds(r.routing_stats or {}, routed.get(rid), model) else others).append(r)
+    if holders and not all(full(r) for r in holders):
+        return [holders]
 
     def roomiest(r: Any) -> tuple[int, int, str]:
         stats = r.routing_stats or {}
@@ -104,7 +111,11 @@ class ModelAwareRouter(RequestRouter):
         model = model_of(pending_request)
         if model is None:
             return [random.sample(candidate_replicas, min(2, len(candidate_replicas)))]
-        return rank_for_model(model, candidate_replicas, self._routed.get(model, {}))
+        return rank_for_model(model, candidate_replicas, self._routed.get(model, {}), self._full)
+
+    def _full(self, replica: RunningReplica) -> bool:
+        queue = self.replica_queue_len_cache.get(replica.replica_id)
+        return queue is not None and queue >= replica.max_ongoing_requests
 
     def on_request_routed(self, pending_request: PendingRequest, replica_id: ReplicaID, result: Any) -> None:
         model = model_of(pending_request)
