@@ -50,7 +50,8 @@ def served(tmp_path_factory) -> Iterator[Served]:
     env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
     proc = subprocess.Popen([sys.executable, "-m", "haltwise.cli", "serve", "--models-dir", str(folder),
                              "--replicas", "2", "--replica-cpus", "0.5", "--kv-cache-memory", "64MiB",
-                             "--port", str(port), "--shutdown-grace", "2"], env=env, stdout=log, stderr=subprocess.STDOUT)
+                             "--port", str(port), "--shutdown-grace", "2"],
+                            env=env, stdout=log, stderr=subprocess.STDOUT)
     url = f"http://127.0.0.1:{port}"
     try:
         def ready() -> bool:
