@@ -10,6 +10,8 @@ MemAvailable, so replicas on one host never take more than the host has, whateve
 Its routing stats say what the ingress routes by (model_router.py) and lists (remote_models.py): each
 model's row as the registry lists it (loaded or loading ones), the bytes a new load may take, its load and
 unload counters, and the summed engine figures of EngineReplica's stats.
+Every method that reads the registry is async: Serve runs those on the replica's event loop, where the
+registry changes state, never on a worker thread beside it (as it would a plain method).
 """
 from __future__ import annotations
 
@@ -119,7 +121,7 @@ class ModelsReplica:
         await self.registry.unload(model, "request")
         return self._row(model)
 
-    def abort(self, request_id: str) -> None:
+    async def abort(self, request_id: str) -> None:
         for entry in self.registry.loaded():
             entry.engine.abort(request_id)
 
@@ -128,14 +130,14 @@ class ModelsReplica:
         wedged = any(e.engine.step_running_for() > e.engine.watchdog_s for e in self.registry.loaded())
         return "wedged" if wedged else "running"
 
-    def check_health(self) -> None:
+    async def check_health(self) -> None:
         if self.state() != "running":
             raise RuntimeError(f"replica {self.replica_id} is {self.state()}")
 
     def _row(self, name: str) -> dict[str, Any]:
         return next(r for r in self.registry.listing() if r["id"] == name)
 
-    def record_routing_stats(self) -> dict[str, Any]:
+    async def record_routing_stats(self) -> dict[str, Any]:
         s = self.registry.stats()
         engine = {"running": 0, "waiting": 0, "kv_blocks_used": 0, "kv_blocks_total": 0} if s is None else {
             "running": s.num_running, "waiting": s.num_waiting, "kv_blocks_used": s.kv_blocks_used,

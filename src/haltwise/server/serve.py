@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--no-ui", action="store_true", help="do not serve the playground page at /")
     a("--allow-special-tokens-in-content", action="store_true",
       help="let user and tool message text spell control tokens such as <|im_start|> (off: it stays text)")
-    a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
+    a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster]); with "
+      "--models-dir or several --model, each replica serves every model and requests go to one that has theirs loaded")
     a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
                                            "instead of starting a local one on 127.0.0.1")
     a("--tool-call-parser", default=None, choices=sorted(FORMATS) + sorted(ALIASES), help="tool-call format: hermes (Qwen2.5), llama3_json, mistral "
