@@ -122,17 +122,23 @@ def test_an_unknown_model_is_404_on_every_surface(served) -> None:
         assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
 
 
-def test_unload_leaves_every_replica_and_load_goes_to_the_roomiest(served) -> None:
+def test_unload_leaves_every_replica_load_goes_to_the_roomiest_and_keep_alive_reaches_it(served) -> None:
     rows = served.models()
     small_on = [r["id"] for r in rows[SMALL]["replicas"]]
     gemma_on = [r["id"] for r in rows[GEMMA]["replicas"]]
     r = httpx.post(f"{served.url}/models/unload", json={"model": SMALL}, timeout=120)
     assert r.status_code == 200 and r.json()["status"] == {"value": "unloaded"} and "replicas" not in r.json()
-    for on in small_on:
-        assert metric(served.url, "haltwise_model_unloads_total", model=SMALL, reason="request", replica=on) == 1
+    for on in small_on:   # the counters come with the replicas' next reports
+        assert wait_until(lambda: metric(served.url, "haltwise_model_unloads_total", model=SMALL, reason="request",
+                                         replica=on) == 1, 10)
     r = httpx.post(f"{served.url}/models/load", json={"model": SMALL}, timeout=900)
     assert r.status_code == 200 and r.json()["status"] == {"value": "loaded"}, r.text
     again = [x["id"] for x in r.json()["replicas"]]
     assert len(again) == 1 and again[0] not in gemma_on            # the replica without a model took it
     assert served.complete(SMALL)[0] == again[0]
-    assert wait_until(lambda: served.models()[GEMMA]["status"] == {"value": "loaded"}, 10)
+    served.openai.completions.create(model=SMALL, prompt="Bye", max_tokens=2, extra_body={**SLOW, "keep_alive": 0})
+    assert wait_until(lambda: served.models()[SMALL]["status"] == {"value": "unloaded"}, 30)   # on its replica
+    unloads = 1 + (again[0] in small_on)                            # POST /models/unload's, then this one's
+    assert wait_until(lambda: metric(served.url, "haltwise_model_unloads_total", model=SMALL, reason="request",
+                                     replica=again[0]) == unloads, 10)
+    assert served.models()[GEMMA]["status"] == {"value": "loaded"}
