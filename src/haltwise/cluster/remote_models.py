@@ -166,9 +166,12 @@ class RemoteModels:
         """Load `name` on one replica unless one holds it already; returns once the reports show it loaded."""
         entry = self.resolve(name)
         await self._ingress_side(entry)
+        deadline = deadline or time.monotonic() + LOAD_WAIT_S
         if not self._holders(name):
-            await self._load_once(entry, deadline or time.monotonic() + LOAD_WAIT_S)
-        await self._reports_show(lambda: self._status(name) == "loaded")
+            await self._load_once(entry, deadline)
+            await self._reports_show(lambda: self._status(name) == "loaded")
+        else:                                # loaded, or loading on a replica: wait for that load
+            await self._reports_show(lambda: self._status(name) == "loaded", deadline - time.monotonic())
         return entry
 
     async def unload(self, name: str, reason: str = "request") -> bool:
@@ -206,8 +209,8 @@ class RemoteModels:
     def _status(self, name: str) -> str:
         return next(r["status"]["value"] for r in self.listing() if r["id"] == name)
 
-    async def _reports_show(self, check: Any) -> None:
-        deadline = time.monotonic() + REPORTS_WAIT_S
+    async def _reports_show(self, check: Any, within: float = REPORTS_WAIT_S) -> None:
+        deadline = time.monotonic() + within
         while not check() and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
 
@@ -220,9 +223,9 @@ class RemoteModels:
             future = self._tokenizers[entry.name] = asyncio.ensure_future(asyncio.to_thread(self._tokenizer, entry))
         try:
             tokenizer = await asyncio.shield(future)
-        except Exception:
+        except Exception as exc:            # an unreadable file: as a failed load (503), tried again next time
             self._tokenizers.pop(entry.name, None)
-            raise
+            raise EngineFailure(f"the model '{entry.name}' failed to load: {type(exc).__name__}: {exc}") from None
         if entry.engine is None:
             entry.engine = ModelOnReplicas(self.remote, entry, tokenizer)
 
