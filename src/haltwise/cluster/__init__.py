@@ -15,4 +15,9 @@ Only this package imports ray, and only `haltwise serve --replicas/--ray-address
   metrics.py  per-replica Prometheus metrics (`replica` label)
   auth.py     Ray's authentication: token unless disabled on a loopback-only cluster; token file 0600
   launch.py   a loopback Ray cluster or an existing one; deploy; the `serve` entry point
+Several models (`--models-dir DIR --replicas N`): every replica runs a registry over the same models.
+  models_replica.py  the ModelsReplica deployment (a ModelRegistry; the host's memory budget split)
+  model_router.py    the request router: a replica that has the model loaded, else the roomiest one
+  remote_models.py   RemoteModels, the registry interface the app uses at the ingress (merged /v1/models)
+  launch_models.py   deploy ModelsReplicas behind ModelAwareRouter
 """

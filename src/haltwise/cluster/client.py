@@ -45,7 +45,7 @@ class RemoteEngine:
         self.max_model_len: int = info["max_model_len"]
         self.block_size: int = info["block_size"]
         self._describe: str = info["describe"]
-        self._deployment = deployment
+        self._deployment = self.deployment = deployment
         self._accepting = False
         self._responses: dict[str, Any] = {}                      # request id -> its Serve stream
         self._aborted: set[str] = set()                           # aborted here: end quietly, never retry
@@ -108,12 +108,14 @@ class RemoteEngine:
         return ",".join(ids) or None
 
     # ---- requests ----------------------------------------------------------------------------------------------
-    async def generate(self, request_id: str, prompt_token_ids: list[int],
-                       params: SamplingParams) -> AsyncIterator[RequestOutput]:
+    async def generate(self, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                       route: dict[str, Any] | None = None) -> AsyncIterator[RequestOutput]:
+        """route: with several models (ModelsReplica), {"model", "keep_alive", "wait_s"}."""
         if not self._accepting:
             raise Overloaded("The server is shutting down.", retry_after=5.0)
+        call = (request_id, list(prompt_token_ids), params) + ((route,) if route is not None else ())
         for attempt in (1, 2):
-            response = self._stream.generate.remote(request_id, list(prompt_token_ids), params)
+            response = self._stream.generate.remote(*call)
             self._responses[request_id] = response
             yielded = finished = False
             try:

@@ -88,35 +88,42 @@ class ClusterSession:
     def deploy(self, build: dict[str, Any], replicas: int, replica_cpus: float, max_queue: int,
                graceful_shutdown_s: float) -> Any:
         """Deploy `replicas` EngineReplicas built from `build` (AsyncEngine.build kwargs); their RemoteEngine."""
-        from ray import serve
-        from ray.serve.config import RequestRouterConfig
-        from ray.serve.schema import LoggingConfig
-
         from haltwise.cluster.client import RemoteEngine
         from haltwise.cluster.replica import EngineReplica
 
         threads = max(1, math.floor(replica_cpus))
         config: EngineConfig = replace(build.get("engine_config") or EngineConfig(), num_threads=threads)
         build = {**build, "engine_config": config}
+        handle = self.run(EngineReplica, build, replicas, replica_cpus, max_queue, graceful_shutdown_s,
+                          max_ongoing=config.max_num_seqs + config.max_queue, router=ROUTER_CLASS,
+                          router_kwargs={"block_size": config.block_size})
+        info = handle.info.remote().result()
+        return RemoteEngine(handle, ingress_tokenizer(build.get("model"), build.get("tiny", False)), info, DEPLOYMENT)
+
+    def run(self, body: type, build: dict[str, Any], replicas: int, replica_cpus: float, max_queue: int,
+            graceful_shutdown_s: float, max_ongoing: int, router: str, router_kwargs: dict[str, Any]) -> Any:
+        """Run `replicas` copies of the deployment class `body(build)` behind `router`; the app's handle."""
+        from ray import serve
+        from ray.serve.config import RequestRouterConfig
+        from ray.serve.schema import LoggingConfig
+
+        threads = max(1, math.floor(replica_cpus))
         quiet = LoggingConfig(log_level="WARNING", enable_access_log=False)
         serve.start(proxy_location="Disabled", logging_config=quiet)
         env = {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        deployment = serve.deployment(EngineReplica, name=DEPLOYMENT).options(
-            num_replicas=replicas,
-            max_ongoing_requests=config.max_num_seqs + config.max_queue,
-            max_queued_requests=max_queue,
+        deployment = serve.deployment(body, name=DEPLOYMENT).options(
+            num_replicas=replicas, max_ongoing_requests=max_ongoing, max_queued_requests=max_queue,
             ray_actor_options={"num_cpus": replica_cpus, "runtime_env": {"env_vars": env}},
             health_check_period_s=2.0, health_check_timeout_s=10.0,
             graceful_shutdown_timeout_s=graceful_shutdown_s, graceful_shutdown_wait_loop_s=0.5,
             logging_config=quiet,
             request_router_config=RequestRouterConfig(
-                request_router_class=ROUTER_CLASS, request_router_kwargs={"block_size": config.block_size},
+                request_router_class=router, request_router_kwargs=router_kwargs,
                 request_routing_stats_period_s=STATS_PERIOD_S, request_routing_stats_timeout_s=5.0))
         started = time.monotonic()
         handle = serve.run(deployment.bind(build), name=APP_NAME, route_prefix=None)
-        info = handle.info.remote().result()
         log.info("%d replicas ready in %.1fs", replicas, time.monotonic() - started)
-        return RemoteEngine(handle, ingress_tokenizer(build.get("model"), build.get("tiny", False)), info, DEPLOYMENT)
+        return handle
 
     def close(self) -> None:
         """Delete the app; stop the local cluster (a joined cluster keeps running)."""
@@ -132,8 +139,9 @@ class ClusterSession:
             ray.shutdown()
 
 
-def serve_cluster(args: Any, serve: Any) -> int:
-    """`haltwise serve --replicas N [--ray-address A]`: run `serve(args, engine)` on a RemoteEngine."""
+def serve_cluster(args: Any, serve: Any, several: bool = False) -> int:
+    """`haltwise serve --replicas N [--ray-address A]`: run `serve(args, engine)` on a RemoteEngine, or with
+    several models (--models-dir / several --model) `serve(args, None, models)` on RemoteModels."""
     from haltwise.tools.model_args import engine_config_from
 
     replicas = args.replicas or 1
@@ -151,6 +159,11 @@ def serve_cluster(args: Any, serve: Any) -> int:
         print(f"haltwise serve: error: {e}", file=sys.stderr, flush=True)
         return 2
     try:
+        if several:
+            from haltwise.cluster.launch_models import deploy_models
+
+            models = deploy_models(session, args, replicas, graceful_shutdown_s=deadline + 5)
+            return serve(args, None, models)
         build = {"model": args.model, "engine_config": engine_config_from(args), "rope_scaling": args.rope_scaling,
                  "default_timeout": args.default_timeout, "tiny": args.tiny, "watchdog_s": args.watchdog,
                  "prompt_cache": getattr(args, "prompt_cache", None)}

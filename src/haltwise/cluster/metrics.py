@@ -47,3 +47,36 @@ class ReplicaCollector(Collector):
             for row in rows:
                 family.add_metric([row["id"]], float(row.get(key, 0) or 0))
             yield family
+
+
+class ClusterModelMetrics(Collector):
+    """Several models on replicas (remote_models.py): the per-replica metrics above, plus which replica has
+    which model loaded and each replica's model loads and unloads (its registry's counters, by reason)."""
+
+    def __init__(self, replicas: Callable[[], list[dict[str, Any]]]):
+        self._replicas = replicas
+        self._per_replica = ReplicaCollector(replicas)
+
+    def collect(self) -> Iterable[Any]:
+        yield from self._per_replica.collect()
+        rows = self._replicas()
+        loaded = {(r["id"], n) for r in rows for n, m in (r.get("models") or {}).items()
+                  if m["status"]["value"] == "loaded"}
+        yield GaugeMetricFamily("haltwise_models_loaded", "Models loaded on at least one replica.",
+                                value=len({n for _, n in loaded}))
+        per = GaugeMetricFamily("haltwise_replica_model_loaded", "1 while the replica has the model loaded.",
+                                labels=["replica", "model"])
+        for rid, name in sorted(loaded):
+            per.add_metric([rid, name], 1.0)
+        yield per
+        loads = CounterMetricFamily("haltwise_model_loads", "Model loads, by replica.", labels=["model", "replica"])
+        unloads = CounterMetricFamily("haltwise_model_unloads", "Model unloads by reason (lru, idle, request, "
+                                      "memory), by replica.", labels=["model", "reason", "replica"])
+        for row in rows:
+            for name, labels, value in row.get("model_events") or ():
+                if name == "haltwise_model_loads_total":
+                    loads.add_metric([labels["model"], row["id"]], value)
+                else:
+                    unloads.add_metric([labels["model"], labels["reason"], row["id"]], value)
+        yield loads
+        yield unloads

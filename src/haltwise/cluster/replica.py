@@ -10,6 +10,7 @@ run past the watchdog (a wedged step Ray's default check cannot see); Serve then
 from __future__ import annotations
 
 import logging
+from contextlib import aclosing
 import os
 import time
 from typing import Any, AsyncIterator
@@ -39,8 +40,7 @@ class EngineReplica:
         self.replica_id = serve.get_replica_context().replica_id.unique_id
         self.node = ray.util.get_node_ip_address()
         self.load_s = time.monotonic() - started
-        self.counters = {"requests_finished": 0, "requests_failed": 0, "requests_cancelled": 0,
-                         "generation_tokens": 0}
+        self.counters = new_counters()
         log.info("replica %s (pid %d) ready in %.1fs: %s", self.replica_id, os.getpid(), self.load_s,
                  self.engine.describe())
 
@@ -52,30 +52,11 @@ class EngineReplica:
 
     async def generate(self, request_id: str, prompt_token_ids: list[int],
                        params: SamplingParams) -> AsyncIterator[Any]:
-        """("replica", id), then one RequestOutput per engine step, or ("error", ...) last.
-
-        However the stream ends early (the ingress cancelled it, the client went away), the finally
-        closes the engine stream, which aborts the request and frees its KV blocks.
-        """
+        """("replica", id), then one RequestOutput per engine step, or ("error", ...) last."""
         yield REPLICA, self.replica_id
-        stream = self.engine.generate(request_id, prompt_token_ids, params)
-        finished = False
-        try:
-            async for out in stream:
-                finished = out.finished
-                if finished:
-                    self.counters["requests_finished"] += 1
-                    self.counters["generation_tokens"] += sum(len(o.token_ids) for o in out.outputs)
-                yield out
-        except HaltwiseError as exc:
-            finished = True
-            self.counters["requests_failed"] += 1
-            yield encode_error(exc)
-        finally:
-            await stream.aclose()
-            if not finished:
-                self.counters["requests_cancelled"] += 1
-                self.engine.abort(request_id)
+        async with aclosing(stream_request(self.engine, request_id, prompt_token_ids, params, self.counters)) as s:
+            async for item in s:   # closed with this generator (aclosing): the request is aborted there
+                yield item
 
     def abort(self, request_id: str) -> None:
         self.engine.abort(request_id)
@@ -102,3 +83,34 @@ class EngineReplica:
                 "preemptions": s.preemptions_total, "prefix_cache_hit_tokens": s.prefix_cache_hit_tokens,
                 **self.counters, "reported_at": time.time(),
                 "prefix_blocks": [block_key(h) for h in allocator.cached_block_hashes()]}
+
+
+def new_counters() -> dict[str, int]:
+    return {"requests_finished": 0, "requests_failed": 0, "requests_cancelled": 0, "generation_tokens": 0}
+
+
+async def stream_request(engine: Any, request_id: str, prompt_token_ids: list[int], params: SamplingParams,
+                         counters: dict[str, int]) -> AsyncIterator[Any]:
+    """One RequestOutput per engine step, or ("error", ...) last; counted in `counters`.
+
+    However the stream ends early (the ingress cancelled it, the client went away), the finally closes the
+    engine stream, which aborts the request and frees its KV blocks.
+    """
+    stream = engine.generate(request_id, prompt_token_ids, params)
+    finished = False
+    try:
+        async for out in stream:
+            finished = out.finished
+            if finished:
+                counters["requests_finished"] += 1
+                counters["generation_tokens"] += sum(len(o.token_ids) for o in out.outputs)
+            yield out
+    except HaltwiseError as exc:
+        finished = True
+        counters["requests_failed"] += 1
+        yield encode_error(exc)
+    finally:
+        await stream.aclose()
+        if not finished:
+            counters["requests_cancelled"] += 1
+            engine.abort(request_id)

@@ -10,12 +10,13 @@ from typing import Any
 
 from haltwise import errors
 from haltwise.errors import HaltwiseError
+from haltwise.registry.lease import InsufficientMemory, ModelBusy
 
 REPLICA = "replica"
 ERROR = "error"
 _KINDS = {cls.__name__: cls for cls in (errors.HaltwiseError, errors.InvalidRequest, errors.ContextLengthExceeded,
                                         errors.ModelNotFound, errors.RequestTooLarge, errors.Overloaded,
-                                        errors.EngineFailure)}
+                                        errors.EngineFailure, InsufficientMemory, ModelBusy)}
 
 
 def encode_error(exc: HaltwiseError) -> tuple[str, dict[str, Any]]:

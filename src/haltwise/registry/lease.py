@@ -1,4 +1,5 @@
-"""A request's hold on a loaded model (Lease), the 503 of a model that cannot fit, and the loads' thread."""
+"""A request's hold on a loaded model (Lease), the 503 of a model that cannot fit, the 409 of an unload that
+would cut requests, and the loads' thread."""
 from __future__ import annotations
 
 import asyncio
@@ -16,6 +17,13 @@ class InsufficientMemory(HaltwiseError):
     status = 503
     type = "server_error"
     code = "insufficient_memory"
+
+
+class ModelBusy(HaltwiseError):
+    """An unload asked for while requests are in flight on the model (409)."""
+
+    status = 409
+    code = "model_busy"
 
 
 @dataclass(eq=False)

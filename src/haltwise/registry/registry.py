@@ -228,6 +228,11 @@ class ModelRegistry:
 
         return summed_stats([e.engine for e in self.loaded()])
 
+    def free_bytes(self) -> int:
+        """What a new load may take now (the budget less what the loaded and loading models hold)."""
+        return self.budget.free(sum(e.estimate.total for e in self.entries.values()
+                                    if e.status is not Status.UNLOADED and e.estimate is not None))
+
     def listing(self) -> list[dict[str, Any]]:
         rows = []
         for e in self.entries.values():

@@ -1,5 +1,6 @@
 """The engine gauges of /metrics over several loaded models: one model's stats as they are, several summed
-(breaker_state: the worst), none: None (the collector then reports zeros)."""
+(breaker_state: the worst; the prompt cache's tiers are shared by every model: counted once), none: None
+(the collector then reports zeros)."""
 from __future__ import annotations
 
 from dataclasses import fields, replace
@@ -21,6 +22,8 @@ def summed_stats(engines: list[Any]) -> Any:
                 values[f.name] = max(a, b)
             elif f.name == "kv_fragmentation":
                 values[f.name] = max(a, b)
+            elif f.name == "prompt_cache":    # the server's tiers, one for every model: the same figures
+                values[f.name] = a if a is not None else b
             elif a is None or b is None:      # kv_blocks_committed None = all of kv_blocks_total
                 values[f.name] = None if a is None and b is None else (
                     (a if a is not None else total.kv_blocks_total) + (b if b is not None else row.kv_blocks_total))

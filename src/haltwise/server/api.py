@@ -9,8 +9,8 @@ from fastapi import APIRouter, HTTPException, Request
 from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
-from haltwise.errors import HaltwiseError
 from haltwise.registry.entry import Status
+from haltwise.registry.lease import ModelBusy
 from haltwise.sampling_params import ParamError
 from haltwise.server.chat_prompt import chat_prompt
 from haltwise.server.request_fields import Strict
@@ -18,11 +18,6 @@ from haltwise.server.state import LOAD_WAIT_S, Served, begin, state_of
 from haltwise.server.surfaces.openai_protocol import DetokenizeRequest, TokenizeRequest
 
 router = APIRouter()
-
-
-class ModelBusy(HaltwiseError):
-    status = 409
-    code = "model_busy"
 
 
 class ModelAction(Strict):
@@ -111,6 +106,7 @@ async def ready(request: Request) -> JSONResponse:
     st = state_of(request)
     engines = [e.engine for e in st.models.loaded()]
     engine_ready = all(bool(getattr(e, "ready", False)) for e in engines) and (bool(engines) or st.models.several)
+    engine_ready = engine_ready and getattr(st.models, "ready", True)    # replicas: any one running
     try:
         breaker = max((int(e.stats().breaker_state) for e in engines), default=0)
     except Exception:
@@ -124,8 +120,10 @@ async def ready(request: Request) -> JSONResponse:
 @router.get("/cluster")
 async def cluster(request: Request) -> dict[str, Any]:
     """The replicas behind this server (`--replicas`); 404 for a single engine. Unauthenticated."""
-    loaded = state_of(request).models.loaded()
-    cluster_state = getattr(loaded[0].engine, "cluster_state", None) if len(loaded) == 1 else None
+    models = state_of(request).models
+    loaded = models.loaded()
+    cluster_state = getattr(models, "cluster_state", None) or (   # several models on replicas, or one
+        getattr(loaded[0].engine, "cluster_state", None) if len(loaded) == 1 else None)
     if cluster_state is None:
         raise HTTPException(404, "This server runs a single engine; /cluster needs --replicas or --ray-address")
     return await cluster_state()

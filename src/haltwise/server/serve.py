@@ -60,7 +60,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     a("--no-ui", action="store_true", help="do not serve the playground page at /")
     a("--allow-special-tokens-in-content", action="store_true",
       help="let user and tool message text spell control tokens such as <|im_start|> (off: it stays text)")
-    a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster])")
+    a("--replicas", type=int, default=None, help="serve N engine replicas on Ray Serve (needs .[cluster]); with "
+      "--models-dir or several --model, each replica serves every model and requests go to one that has theirs loaded")
     a("--ray-address", default=None, help="join this Ray cluster (HOST:PORT of `ray start --head`) "
                                            "instead of starting a local one on 127.0.0.1")
     a("--tool-call-parser", default=None, choices=sorted(FORMATS) + sorted(ALIASES), help="tool-call format: hermes (Qwen2.5), llama3_json, mistral "
@@ -119,13 +120,23 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _serve_several(args: argparse.Namespace) -> int:
-    """Several models from one address (serve_models.py); refused where it cannot apply."""
-    refused = ("--replicas / --ray-address" if args.replicas or args.ray_address else
-               "--served-model-name" if args.served_model_name else "--tiny" if args.tiny else None)
+    """Several models from one address (serve_models.py), in this process or on Ray replicas (--replicas /
+    --ray-address: each replica serves every model, cluster/launch_models.py); refused where it cannot apply."""
+    refused = "--served-model-name" if args.served_model_name else "--tiny" if args.tiny else None
     if refused:
         print(f"haltwise serve: error: {refused} serves one model; not with --models-dir or several --model",
               file=sys.stderr, flush=True)
         return 2
+    if args.replicas or args.ray_address:
+        try:
+            args.models_spec = serve_models.spec_from(args)
+        except ValueError as exc:            # a bad --models-dir
+            print(f"haltwise serve: error: {exc}", file=sys.stderr, flush=True)
+            return 2
+        args.served_model_name = ", ".join(name for name, _ in args.models_spec.table)
+        from haltwise.cluster.launch import serve_cluster
+
+        return serve_cluster(args, _serve, several=True)
     try:
         tiers = args.prompt_cache.open()     # one RAM tier (and disk tier) for every model: entries are per model
         registry = serve_models.build_registry(args, tiers)
