@@ -4,13 +4,17 @@ tool text kept as text (tokenizer/untrusted.py) unless the server runs with
 
 Tool-call arguments arrive as JSON strings (OpenAI's shape) but templates write them with `tojson`
 (Qwen, Hermes, Llama 3): a string argument that holds a JSON object is handed to the template as that
-object, as vLLM does, so the model sees `"arguments": {...}`, the form it was trained on."""
+object, as vLLM does, so the model sees `"arguments": {...}`, the form it was trained on.
+
+gpt-oss's template (a harmony vocabulary) reads an assistant's analysis from `thinking`, not
+`reasoning_content`: there the reasoning is handed over under that name too."""
 from __future__ import annotations
 
 import json
 from typing import Any
 
 from haltwise.sampling_params import ParamError
+from haltwise.stopping.harmony import HarmonyMarkers
 
 
 def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prompt: bool = True,
@@ -19,7 +23,8 @@ def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prom
     template and ChatEncoder), ready for the engine (no BOS/EOS added: the template writes them)."""
     allow = served.st.allow_special_tokens_in_content
     try:
-        return served.chat_encoder().encode_chat(for_template(messages), add_generation_prompt=add_generation_prompt,
+        harmony = HarmonyMarkers.of(served.tokenizer) is not None
+        return served.chat_encoder().encode_chat(for_template(messages, harmony), add_generation_prompt=add_generation_prompt,
                                                allow_special=allow, **extra)
     except ValueError as exc:
         raise ParamError("messages", str(exc)) from exc
@@ -27,10 +32,15 @@ def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prom
         raise ParamError("chat_template_kwargs", f"the chat template could not render this request: {exc}") from exc
 
 
-def for_template(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`messages` with each tool call's JSON-object `arguments` string parsed (other messages unchanged)."""
-    return [{**m, "tool_calls": [_parsed(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
-            for m in messages]
+def for_template(messages: list[dict[str, Any]], harmony: bool = False) -> list[dict[str, Any]]:
+    """`messages` with each tool call's JSON-object `arguments` string parsed (other messages unchanged);
+    harmony: an assistant's reasoning_content also as `thinking`."""
+    out = [{**m, "tool_calls": [_parsed(c) for c in m["tool_calls"]]} if m.get("tool_calls") else m
+           for m in messages]
+    if harmony:
+        out = [{**m, "thinking": m["reasoning_content"]} if m.get("role") == "assistant" and
+               m.get("reasoning_content") and "thinking" not in m else m for m in out]
+    return out
 
 
 def _parsed(call: dict[str, Any]) -> dict[str, Any]:
