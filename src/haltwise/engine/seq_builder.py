@@ -39,7 +39,9 @@ class SeqBuilder:
         generator = None if params.seed is None else torch.Generator().manual_seed(params.seed + index)
         stopper = SequenceStopper(params, self.eos_token_ids, self.special_token_texts, len(prompt),
                                   self.max_model_len)   # the `turn` preset's markers: stopping/presets.py
-        state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens), stopper,
+        markers = params.tool_calls.marker_texts() if params.tool_calls is not None else ()
+        keep = frozenset(i for i in map(self.tokenizer.token_to_id, markers) if i is not None)   # call frames
+        state = SeqOutputState(seq, IncrementalDetokenizer(self.tokenizer, params.skip_special_tokens, keep), stopper,
                                generator, CompletionOutput(index=index),
                                logprobs=[] if params.logprobs is not None else None)
         if params.prompt_logprobs is not None and index == 0:   # siblings share the prompt: scored once

@@ -55,12 +55,17 @@ class ToolPlan:
         return dataclasses.replace(params, structured_outputs=self.structure, tool_calls=constraint)
 
 
+def template_format(tokenizer: Any, parser_name: str | None = None) -> ToolFormat:
+    """The model's tool-call format: --tool-call-parser's, else the one its chat template shows."""
+    template = getattr(getattr(tokenizer, "chat_template", None), "source", None)
+    return get_format(parser_name) if parser_name else format_for_template(template)
+
+
 def plan_tool_calls(request: ToolRequest | None, tokenizer: Any, parser_name: str | None = None) -> ToolPlan | None:
     """The plan for a validated tool request (None: the request has no tools). Raises ToolError."""
     if request is None:
         return None
-    template = getattr(getattr(tokenizer, "chat_template", None), "source", None)
-    fmt = get_format(parser_name) if parser_name else format_for_template(template)
+    fmt = template_format(tokenizer, parser_name)
     if request.mode == "none":
         return ToolPlan(fmt, None, None, None)
     constraint = ToolCallConstraint(fmt.name, request.callable_tools, request.mode)

@@ -16,7 +16,8 @@ format takes tool_choice "auto" and "none" only (toolcalls/plan.py).
 from haltwise.toolcalls.formats.base import ToolFormat
 
 HARMONY = ToolFormat(name="harmony", trigger="<|message|>", prefix="", suffix="<|call|>", separator=None,
-                     args_key="arguments", section_gap="", template_marks=("<|call|>",))
+                     args_key="arguments", section_gap="", template_marks=("<|call|>",),
+                     markers_in_text=False)
 FUNCTIONS = "functions."
 
 
