@@ -172,7 +172,8 @@ class SeqOutputState:
             logprobs=list(self.logprobs) if self.logprobs is not None else None,
             delta_logprobs=self.logprobs[len(self.logprobs) - len(out.delta_token_ids):] if self.logprobs is not None else None,
             reasoning_text=out.reasoning_text, delta_reasoning_text=out.delta_reasoning_text,
-            num_reasoning_tokens=out.num_reasoning_tokens, recipient=out.recipient, num_draft_tokens=self.seq.num_draft_tokens,
+            num_reasoning_tokens=out.num_reasoning_tokens, recipient=out.recipient,
+            num_draft_tokens=self.seq.num_draft_tokens,
             num_accepted_draft_tokens=self.seq.num_accepted_draft_tokens,
         )
         out.delta_text, out.delta_token_ids, out.delta_reasoning_text = "", [], ""

@@ -24,8 +24,9 @@ def chat_prompt(served: Any, messages: list[dict[str, Any]], add_generation_prom
     allow = served.st.allow_special_tokens_in_content
     try:
         harmony = HarmonyMarkers.of(served.tokenizer) is not None
-        return served.chat_encoder().encode_chat(for_template(messages, harmony), add_generation_prompt=add_generation_prompt,
-                                               allow_special=allow, **extra)
+        return served.chat_encoder().encode_chat(for_template(messages, harmony),
+                                                 add_generation_prompt=add_generation_prompt,
+                                                 allow_special=allow, **extra)
     except ValueError as exc:
         raise ParamError("messages", str(exc)) from exc
     except TypeError as exc:   # a template variable of a type the template cannot use (chat_template_kwargs)

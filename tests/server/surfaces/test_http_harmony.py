@@ -55,7 +55,8 @@ def ask(cue: str) -> list[dict]:
 
 
 def chat(url: str, messages: list[dict], **kw):
-    return oai(url).chat.completions.create(model="gpt-oss", messages=messages, **{"max_tokens": 160, "temperature": 0, **kw})
+    return oai(url).chat.completions.create(model="gpt-oss", messages=messages,
+                                            **{"max_tokens": 160, "temperature": 0, **kw})
 
 
 def streamed(url: str, messages: list[dict], **kw) -> tuple[str, str, dict, list]:

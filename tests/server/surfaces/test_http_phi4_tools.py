@@ -42,7 +42,8 @@ def oai(url: str) -> openai.OpenAI:
 
 
 def chat(url: str, messages: list[dict], **kw):
-    return oai(url).chat.completions.create(model="phi4", messages=messages, **{"max_tokens": 40, "temperature": 0, **kw})
+    return oai(url).chat.completions.create(model="phi4", messages=messages,
+                                            **{"max_tokens": 40, "temperature": 0, **kw})
 
 
 def prompt_ids(url: str, messages: list[dict], **kw) -> list[int]:
@@ -94,7 +95,8 @@ def test_the_call_and_its_result_go_back_as_the_model_writes_them(served) -> Non
 def test_messages_tool_use_round_trip_streamed_and_not(served) -> None:
     url, _ = served
     client = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=300)
-    ask = dict(model="phi4", max_tokens=40, messages=ASK, tool_choice={"type": "any", "disable_parallel_tool_use": True},
+    ask = dict(model="phi4", max_tokens=40, messages=ASK,
+               tool_choice={"type": "any", "disable_parallel_tool_use": True},
                tools=[{"name": "get_weather", "description": "The weather in a city.", "input_schema": PARAMS}])
     msg = client.messages.create(**ask)
     (use,) = msg.content

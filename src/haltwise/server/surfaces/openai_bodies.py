@@ -100,7 +100,8 @@ def completion_body(rid: str, created: int, model: str, outs: list[RequestOutput
 
 def chat_body(rid: str, created: int, model: str, out: RequestOutput, tokenizer: Any,
               tool_calls: ToolCallConstraint | None = None) -> dict[str, Any]:
-    choices = [{"index": o.index, "message": _with_reasoning(chat_message(tool_calls, o.text, rid, o.index, o.recipient), o),
+    choices = [{"index": o.index,
+                "message": _with_reasoning(chat_message(tool_calls, o.text, rid, o.index, o.recipient), o),
                 "logprobs": chat_logprobs(tokenizer, o.logprobs), **end_fields(o, out)} for o in out.outputs]
     body = {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage([out])}

@@ -16,7 +16,8 @@ from haltwise.toolcalls.formats.mistral import MISTRAL
 from haltwise.toolcalls.formats.phi4_mini import PHI4_MINI
 
 FORMATS: dict[str, ToolFormat] = {f.name: f for f in (HERMES, LLAMA3, MISTRAL, HARMONY, PHI4_MINI)}
-ALIASES = {"openai": "harmony", "gpt-oss": "harmony", "phi4": "phi4_mini", "qwen": "hermes", "qwen2.5": "hermes", "llama3": "llama3_json", "llama": "llama3_json"}
+ALIASES = {"qwen": "hermes", "qwen2.5": "hermes", "llama3": "llama3_json", "llama": "llama3_json",
+           "openai": "harmony", "gpt-oss": "harmony", "phi4": "phi4_mini"}
 DEFAULT = HERMES
 
 
