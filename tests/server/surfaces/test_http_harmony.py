@@ -102,6 +102,13 @@ def test_stop_strings_match_in_the_content_not_the_analysis(url) -> None:
     assert chunks[-1].choices[0].model_extra["termination"] == t
 
 
+def test_a_grammar_waits_through_the_headers_for_the_final_body(url) -> None:
+    r = chat(url, ask("hello"), extra_body={"structured_outputs": {"choice": ["yes", "no"]}})
+    msg = r.choices[0].message
+    assert msg.model_extra["reasoning_content"] == THINK and msg.content in ("yes", "no")
+    assert r.choices[0].model_extra["termination"]["reason"] == "grammar"
+
+
 def test_the_reasoning_budget_forces_end_and_the_reply_goes_on(url) -> None:
     r = chat(url, ask("hello"), extra_body={"max_reasoning_tokens": 3})
     msg, t = r.choices[0].message, r.choices[0].model_extra["termination"]
