@@ -44,16 +44,15 @@ class ToolPlan:
         messages: the conversation (template_messages), whose answered calls a repeat is checked against."""
         if self.constraint is None:
             return params
-        if self.structure is None:      # harmony: parsed and settled, no grammar (formats/harmony.py)
-            return dataclasses.replace(params, tool_calls=self.constraint)
         if params.structured_outputs is not None:
             raise ToolError(params.structured_outputs.param, "a response format / structured output cannot be "
                             "combined with tool calls; use tool_choice 'none' for a structured text answer")
         constraint = self.constraint
-        if constraint is not None and messages:
+        if messages:
             constraint = dataclasses.replace(constraint, answered=answered_calls(messages))
+        if self.structure is None:      # harmony: parsed and settled, no grammar (formats/harmony.py)
+            return dataclasses.replace(params, tool_calls=constraint)
         return dataclasses.replace(params, structured_outputs=self.structure, tool_calls=constraint)
-
 
 def template_format(tokenizer: Any, parser_name: str | None = None) -> ToolFormat:
     """The model's tool-call format: --tool-call-parser's, else the one its chat template shows."""

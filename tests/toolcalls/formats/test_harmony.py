@@ -6,7 +6,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from haltwise.sampling_params import SamplingParams
 from haltwise.stopping.termination import Reason, Termination
+from haltwise.structured.spec import StructuredOutputs
 from haltwise.toolcalls import ToolError, parse_tool_request, plan_tool_calls
 from haltwise.toolcalls.constraint import ToolCallConstraint
 from haltwise.toolcalls.formats.harmony import HARMONY, answer_text, call_name, call_text
@@ -72,6 +74,10 @@ def test_the_gpt_oss_template_picks_harmony_which_takes_auto_only() -> None:
     tools = [{"type": "function", "function": {"name": "get_weather", "parameters": TOOL.schema}}]
     plan = plan_tool_calls(parse_tool_request(tools, "auto", None), _Tok())
     assert plan is not None and plan.structure is None and plan.constraint.format_name == "harmony"
+    params = plan.apply(SamplingParams(max_tokens=8))
+    assert params.tool_calls == plan.constraint and params.structured_outputs is None
+    with pytest.raises(ToolError):          # a structured answer and tool calls: a 400, as for other formats
+        plan.apply(SamplingParams(max_tokens=8, structured_outputs=StructuredOutputs(choice=["a"])))
     for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
         with pytest.raises(ToolError) as e:
             plan_tool_calls(parse_tool_request(tools, choice, None), _Tok())
