@@ -149,6 +149,13 @@ def test_the_call_and_its_result_go_back_through_the_template(served) -> None:
     assert prompt_ids(url, history, tools=TOOLS) == tok.encode(rendered, add_special_tokens=False)[1:]
 
 
+def test_reasoning_effort_reaches_the_template(served) -> None:
+    url, tok = served
+    low = tok.decode(prompt_ids(url, ask("hello"), reasoning_effort="low"), skip_special_tokens=False)
+    assert "Reasoning: low" in low and "Reasoning: medium" in tok.decode(prompt_ids(url, ask("hello")),
+                                                                        skip_special_tokens=False)
+
+
 def prompt_ids(url: str, messages: list[dict], **kw) -> list[int]:
     """The prompt's token ids after the first, as the server encoded them (vLLM's prompt_logprobs)."""
     r = chat(url, messages, max_tokens=1, extra_body={"prompt_logprobs": 0}, **kw)
