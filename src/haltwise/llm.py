@@ -75,7 +75,8 @@ class LLM:
         if plan is not None and plan.constraint is not None:
             for out in outs:
                 for o in out.outputs:
-                    o.tool_calls = chat_message(plan.constraint, o.text, out.request_id, o.index).get("tool_calls", [])
+                    o.tool_calls = chat_message(plan.constraint, o.text, out.request_id, o.index,
+                                                o.recipient).get("tool_calls", [])
         return outs
 
     def chat_prompt_ids(self, messages: list[Message], add_generation_prompt: bool = True, **extra: Any) -> list[int]:

@@ -30,6 +30,8 @@ class CompletionOutput:
     reasoning_text: str = ""
     delta_reasoning_text: str = ""
     num_reasoning_tokens: int = 0       # reasoning tokens so far (tags not counted)
+    recipient: str | None = None        # harmony (stopping/harmony.py): the answer is addressed to=... (a tool
+                                        # call: "functions.NAME", `text` its arguments); None: the answer is text
     num_draft_tokens: int = 0           # speculative drafts verified (engine/speculation.py)
     num_accepted_draft_tokens: int = 0  # of which accepted
 

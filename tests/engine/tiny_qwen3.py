@@ -80,16 +80,18 @@ def _continue(tokenizer, target: str, produced: str, end: str) -> int:
 
 
 class ScriptedLogits:
-    """Test-only wrapper of a ModelRunner: the real logits, plus BIAS on the scripted token of each row."""
+    """Test-only wrapper of a ModelRunner: the real logits, plus BIAS on the scripted token of each row
+    (script(tokenizer, token ids so far) -> token id or None; tests/engine/scripted_gpt_oss.py has another)."""
 
-    def __init__(self, runner, tokenizer):
+    def __init__(self, runner, tokenizer, script=None):
         self.runner, self.tokenizer = runner, tokenizer
+        self.script = script or next_scripted
 
     def execute(self, rows) -> torch.Tensor:
         logits = self.runner.execute(rows)
         bias = torch.zeros(logits.shape, dtype=logits.dtype)
         for j, row in enumerate(r for r in rows if r.sample):
-            wanted = next_scripted(self.tokenizer, row.token_ids[:row.end])
+            wanted = self.script(self.tokenizer, row.token_ids[:row.end])
             if wanted is not None:
                 bias[j, wanted] = BIAS
         return logits + bias

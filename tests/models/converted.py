@@ -37,7 +37,7 @@ MOE = dict(intermediate_size=96, moe_intermediate_size=32, num_experts=8, num_ex
 class Spec:
     config_class: str            # transformers config class
     config: dict                 # its arguments (vocab size, tokens ids added from the tokenizer)
-    template: str                # llama.cpp models/templates/<template>
+    template: str                # llama.cpp models/templates/<template>, or tests/models/data/<template>
     end_token: str               # the family's end-of-turn token (added as special when the base lacks it)
     added: tuple[str, ...] = ()  # further special tokens the template writes
     tokenizer_config: dict = field(default_factory=dict)
@@ -54,15 +54,18 @@ SPECS = {
     # every 4th layer without RoPE (no_rope_layer_interval 4): layer 3 of 4
     "smollm3": Spec("SmolLM3Config", dict(SMALL, intermediate_size=96, tie_word_embeddings=True),
                     "HuggingFaceTB-SmolLM3-3B.jinja", "<|im_end|>", ("<think>", "</think>")),
-    # Phi-4-mini's shape: fused qkv / gate_up, partial rotary (0.75: 12 of 16 dims), LongRoPE short/long factors
-    # around an original window of 128 (prompts of PHI3_LONG_PROMPT tokens or more take the long ones)
+    # Phi-4-mini's shape and chat template (data/, with its tool tokens): fused qkv / gate_up, partial rotary
+    # (0.75: 12 of 16 dims), LongRoPE short/long factors around an original window
+    # of 128 (prompts of PHI3_LONG_PROMPT tokens or more take the long ones)
     "phi3": Spec("Phi3Config", dict(SMALL, intermediate_size=96, tie_word_embeddings=False,
                                     original_max_position_embeddings=128,
                                     rope_parameters=dict(rope_type="longrope", rope_theta=10000.0,
                                                          partial_rotary_factor=0.75,
                                                          short_factor=[1.0, 1.1, 1.3, 1.7, 2.2, 2.9],
                                                          long_factor=[1.0, 1.5, 2.5, 4.0, 7.0, 12.0])),
-                 "microsoft-Phi-3.5-mini-instruct.jinja", "<|end|>", ("<|user|>", "<|assistant|>", "<|system|>"),
+                 "microsoft-Phi-4-mini-instruct.jinja", "<|end|>",
+                 ("<|user|>", "<|assistant|>", "<|system|>", "<|tool|>", "<|/tool|>", "<|tool_call|>",
+                  "<|/tool_call|>"),
                  tokenizer_config={"tokenizer_class": "GPT2Tokenizer"}),
     # every 2nd layer global, window 8 (prompts here span several); caps low enough that random weights reach
     # them; query_pre_attn_scalar = head_dim, which GGUF leaves implicit (llama.cpp's rule below 27B)
@@ -178,6 +181,12 @@ def _sentencepiece_tokenizer(root: Path, symbols: tuple[str, ...]) -> Path:
     return out
 
 
+def _template(name: str) -> str:
+    """A chat template: this repository's copy (data/SOURCE.md says where from) or llama.cpp's."""
+    ours = Path(__file__).parent / "data" / name
+    return (ours if ours.is_file() else LLAMA_CPP / "models" / "templates" / name).read_text(encoding="utf-8")
+
+
 def _build(arch: str, root: Path) -> None:
     spec = SPECS[arch]
     symbols = (spec.end_token, *spec.added)
@@ -187,7 +196,7 @@ def _build(arch: str, root: Path) -> None:
     tok.add_special_tokens({"additional_special_tokens": list(symbols) if spec.sentencepiece else
                             [t for t in symbols if t not in tok.get_vocab()]})
     tok.eos_token = spec.end_token
-    tok.chat_template = (LLAMA_CPP / "models" / "templates" / spec.template).read_text(encoding="utf-8")
+    tok.chat_template = _template(spec.template)
     ids = tok.get_vocab()
     config = getattr(transformers, spec.config_class)(
         **spec.config, vocab_size=len(tok), eos_token_id=ids[spec.end_token], bos_token_id=tok.bos_token_id,

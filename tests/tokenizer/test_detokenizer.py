@@ -104,6 +104,14 @@ def test_special_tokens_skipped_or_kept(smol):
     assert IncrementalDetokenizer(smol, skip_special_tokens=False).step(ids) == "Hi<|im_end|>"
 
 
+def test_kept_special_tokens_show_while_others_are_skipped(smol):
+    """A tool request's call markers (toolcalls/formats/base.py marker_texts) stay in the text."""
+    ids = smol.encode("<|im_start|>Hi<|im_end|>")
+    keep = frozenset({smol.token_to_id("<|im_start|>")})
+    assert IncrementalDetokenizer(smol, keep=keep).step(ids) == "<|im_start|>Hi"
+    assert IncrementalDetokenizer(smol, skip_special_tokens=False, keep=keep).step(ids) == "<|im_start|>Hi<|im_end|>"
+
+
 @pytest.fixture(scope="module")
 def metaspace() -> Tokenizer:
     """A SentencePiece-style (Metaspace, not byte-level) BPE trained in-process: the prefix-offset path."""

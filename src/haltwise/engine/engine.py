@@ -30,6 +30,7 @@ from haltwise.engine.window_blocks import WindowBlocks
 from haltwise.errors import InvalidRequest, Overloaded, RequestTooLarge
 from haltwise.outputs import RequestOutput
 from haltwise.sampling_params import SamplingParams
+from haltwise.stopping.harmony import HarmonyMarkers
 from haltwise.stopping.reasoning import ReasoningTags
 from haltwise.stopping.termination import Reason, Termination
 from haltwise.structured.bitmask import GrammarMask
@@ -58,7 +59,8 @@ class LLMEngine:
         self.default_timeout = default_timeout
         self.eos_token_ids = tokenizer.eos_token_ids(tuple(generation_eos_ids) + tuple(model_config.eos_token_ids))
         self.special_token_texts = tokenizer.special_token_texts()
-        self.reasoning_tags = ReasoningTags.of(tokenizer)   # None: no think sections (split_reasoning is a no-op)
+        # think tags, or harmony's channels (gpt-oss); None: no sections (split_reasoning is a no-op)
+        self.reasoning_tags = HarmonyMarkers.of(tokenizer) or ReasoningTags.of(tokenizer)
         self.seq_builder = SeqBuilder(tokenizer, self.eos_token_ids, self.special_token_texts, self.reasoning_tags,
                                       max_model_len)
         self.budget = KVBudget.of_engine(model_config, engine_config, max_model_len)

@@ -18,6 +18,7 @@ from haltwise.structured.backend import Matcher
 from haltwise.structured.closing import json_path
 from haltwise.stopping.termination import Layer, Reason, Termination
 from haltwise.tokenizer.detokenizer import IncrementalDetokenizer
+from haltwise.toolcalls.formats.harmony import call_text as harmony_call_text
 
 
 # Endings that cut the text wherever it was: held-back text is released, incomplete UTF-8 included.
@@ -107,6 +108,7 @@ class SeqOutputState:
         elif role is Role.CLOSE:
             self._release_reasoning(self.reasoning_detokenizer.flush())
         self.output.num_reasoning_tokens = self.reasoning.num_reasoning_tokens
+        self.output.recipient = self.reasoning.recipient
 
     def _release_reasoning(self, text: str) -> None:
         if text:
@@ -150,6 +152,8 @@ class SeqOutputState:
         token_index = self.seq.num_output_tokens - 1 if termination.layer is Layer.SYSTEM else termination.token_index
         termination = replace(termination, token_index=token_index, char_offset=len(self.output.text))
         final_text = self.stopper.text + (self.closing[1] if self.closing is not None else "")
+        if self.output.recipient is not None:    # a harmony call: its arguments, read as the call they are
+            final_text = harmony_call_text(self.output.recipient, final_text)
         termination = settle(termination, self.seq.params, self.matcher, final_text, text_was_cut)
         self.output.termination = termination
         return termination
@@ -168,7 +172,8 @@ class SeqOutputState:
             logprobs=list(self.logprobs) if self.logprobs is not None else None,
             delta_logprobs=self.logprobs[len(self.logprobs) - len(out.delta_token_ids):] if self.logprobs is not None else None,
             reasoning_text=out.reasoning_text, delta_reasoning_text=out.delta_reasoning_text,
-            num_reasoning_tokens=out.num_reasoning_tokens, num_draft_tokens=self.seq.num_draft_tokens,
+            num_reasoning_tokens=out.num_reasoning_tokens, recipient=out.recipient,
+            num_draft_tokens=self.seq.num_draft_tokens,
             num_accepted_draft_tokens=self.seq.num_accepted_draft_tokens,
         )
         out.delta_text, out.delta_token_ids, out.delta_reasoning_text = "", [], ""

@@ -87,7 +87,7 @@ def result_of(out: RequestOutput, tools: ToolCallConstraint | None = None, rid: 
     assert o.termination is not None, "result_of needs a finished output"
     text, calls = o.text, None
     if tools is not None:
-        message = chat_message(tools, o.text, rid, 0)
+        message = chat_message(tools, o.text, rid, 0, o.recipient)
         text, calls = message["content"] or "", message.get("tool_calls")
     return ChatResult(text=text, termination=o.termination, prompt_tokens=len(out.prompt_token_ids),
                       completion_tokens=len(o.token_ids), cached_tokens=out.num_cached_tokens,
@@ -136,7 +136,7 @@ class ChatCall:
             result = result_of(out, self.tools, self.rid) if out.finished else None
             text, calls = o.delta_text, []
             if stream is not None:
-                events = stream.feed(o.delta_text) + (stream.finish() if result is not None else [])
+                events = stream.feed(o.delta_text, o.recipient) + (stream.finish() if result is not None else [])
                 text = "".join(e.get("content") or "" for e in events)
                 calls = [c for e in events for c in e.get("tool_calls", ())]
             if text or o.delta_reasoning_text or calls or result is not None:

@@ -12,6 +12,8 @@ from typing import Any
 
 from haltwise.sampling_params import ParamError, SamplingParams
 from haltwise.toolcalls import ToolError, ToolPlan, parse_tool_request, plan_tool_calls, template_messages
+from haltwise.toolcalls.formats.phi4_mini import PHI4_MINI, shape_messages
+from haltwise.toolcalls.plan import template_format
 
 
 def prepare_chat(tools: Any, tool_choice: Any, parallel_tool_calls: Any, messages: list[dict[str, Any]],
@@ -23,6 +25,8 @@ def prepare_chat(tools: Any, tool_choice: Any, parallel_tool_calls: Any, message
         checked = template_messages(messages)
         if plan is not None:
             params = plan.apply(params, checked)
+        if template_format(tokenizer, parser_name) is PHI4_MINI:     # its template reads tools from a message
+            checked = shape_messages(checked, plan.template_tools if plan is not None else None)
     except ToolError as e:
         raise ParamError(e.param, str(e)) from None
     return plan, params, checked, (plan.template_kwargs if plan is not None else {})

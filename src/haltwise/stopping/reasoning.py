@@ -65,6 +65,11 @@ class ReasoningTags:
             return None
         return cls(open_id, close_id, frozenset(tokenizer.special_token_ids))
 
+    def section(self, prompt_token_ids: Sequence[int], budget: int | None, detection: RepetitionDetection,
+                end_token_ids: frozenset[int] = frozenset()) -> "ReasoningSection":
+        """One sequence's section (harmony.HarmonyMarkers.section is the same call for gpt-oss)."""
+        return ReasoningSection(self, prompt_token_ids, budget, detection, end_token_ids)
+
     def prompt_phase(self, prompt_token_ids: Sequence[int]) -> Phase:
         """Where the prompt leaves the output: inside an open section, after a closed one, or undecided.
 
@@ -94,6 +99,7 @@ class ReasoningSection:
         self.opened = self.phase is Phase.REASONING   # a section was (or is) open in this output
         self.closing = False                      # the engine forces the close tag next
         self.cut: str | None = None               # why the engine closed the section, once it did
+        self.recipient: str | None = None         # whom the answer is addressed to (harmony tool calls only)
         d = detection
         self._loops = RepetitionDetector(d.max_period, d.min_repeats, d.min_tokens) if d.enabled else None
         self._near = (NearLoopDetector(d.near_loop_ngram, d.near_loop_window, d.near_loop_max_novelty)

@@ -39,10 +39,11 @@ if TYPE_CHECKING:
 class IncrementalDetokenizer:
     """One per output stream. Feed token ids with step(); call flush() once at the end."""
 
-    def __init__(self, tokenizer: "Tokenizer", skip_special_tokens: bool = True):
+    def __init__(self, tokenizer: "Tokenizer", skip_special_tokens: bool = True, keep: frozenset[int] = frozenset()):
+        """keep: special tokens shown even when skipping (a tool request's call markers)."""
         self.tokenizer = tokenizer
         self.skip_special_tokens = skip_special_tokens
-        self._skip = tokenizer.special_token_ids if skip_special_tokens else frozenset()
+        self._skip = tokenizer.special_token_ids - keep if skip_special_tokens else frozenset()
         self._byte_level = tokenizer.is_byte_level
         self._byte_pieces = tokenizer.byte_fallback_ids  # <0xNN> tokens (empty for byte-level BPE)
         self._utf8 = codecs.getincrementaldecoder("utf-8")(errors="replace")

@@ -42,6 +42,10 @@ class ToolCallConstraint:
     def loop_watch(self) -> ToolLoopWatch:
         return ToolLoopWatch(get_format(self.format_name), self.answered)
 
+    def marker_texts(self) -> tuple[str, ...]:
+        """Texts the answer must show even where they are special tokens (formats/base.py)."""
+        return get_format(self.format_name).marker_texts
+
     def parser(self) -> ToolCallParser:
         return ToolCallParser(get_format(self.format_name))
 

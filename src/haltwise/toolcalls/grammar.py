@@ -19,14 +19,13 @@ whitespace and the parser reads it exactly.
 from __future__ import annotations
 
 import json
-import re
 from typing import Callable
 
-from haltwise.toolcalls.formats.base import ToolFormat
+from haltwise.toolcalls.formats.base import MARKER, ToolFormat
 from haltwise.toolcalls.spec import ToolRequest
 
 COMPACT_JSON = {"whitespace_flexible": False, "item_separator": ", ", "key_separator": ": "}
-_TOKENISH = re.compile(r"<[^<>\s]+>|\[[A-Z_]+\]")   # text pieces that may be one added token
+_TOKENISH = MARKER   # text pieces that may be one added token
 _REGEX_META = set(r"\.^$*+?()[]{}|/-&~")
 
 

@@ -13,6 +13,7 @@ import hashlib
 from typing import Any
 
 from haltwise.toolcalls.constraint import ToolCallConstraint
+from haltwise.toolcalls.formats import harmony
 from haltwise.toolcalls.parser import Arguments, CallStart, Content, Event, ParseResult
 
 
@@ -25,15 +26,22 @@ def openai_tool_calls(result: ParseResult, response_id: str, choice: int) -> lis
              "function": {"name": c.name, "arguments": c.arguments}} for i, c in enumerate(result.calls)]
 
 
-def chat_message(constraint: ToolCallConstraint | None, text: str, response_id: str, choice: int) -> dict[str, Any]:
-    """The assistant message of a non-streamed answer."""
-    if constraint is None:
+def chat_message(constraint: ToolCallConstraint | None, text: str, response_id: str, choice: int,
+                 recipient: str | None = None) -> dict[str, Any]:
+    """The assistant message of a non-streamed answer (recipient: CompletionOutput.recipient, harmony)."""
+    parsed = harmony.answer_text(recipient, text) if _harmony(constraint) else text
+    if constraint is None or parsed is None:
         return {"role": "assistant", "content": text}
-    result = constraint.parse(text)
+    result = constraint.parse(parsed)
     message: dict[str, Any] = {"role": "assistant", "content": result.content}
     if result.calls:
         message["tool_calls"] = openai_tool_calls(result, response_id, choice)
     return message
+
+
+def _harmony(constraint: ToolCallConstraint | None) -> bool:
+    """gpt-oss: calls come from the answer's recipient and its text (toolcalls/formats/harmony.py)."""
+    return constraint is not None and constraint.format_name == harmony.HARMONY.name
 
 
 class ToolDeltaStream:
@@ -42,12 +50,20 @@ class ToolDeltaStream:
     def __init__(self, constraint: ToolCallConstraint, response_id: str, choice: int):
         self._parser = constraint.parser()
         self._rid, self._choice = response_id, choice
+        self._harmony = harmony.CallTextStream() if _harmony(constraint) else None
 
-    def feed(self, text: str) -> list[dict[str, Any]]:
+    def feed(self, text: str, recipient: str | None = None) -> list[dict[str, Any]]:
+        """Deltas for new answer text (recipient: the update's CompletionOutput.recipient, harmony)."""
+        if self._harmony is not None:
+            parsed = self._harmony.feed(recipient, text)
+            if parsed is None:                # a harmony answer without a call: content as it comes
+                return [{"content": text}] if text else []
+            text = parsed
         return [self._delta(e) for e in self._parser.feed(text)] if text else []
 
     def finish(self) -> list[dict[str, Any]]:
-        return [self._delta(e) for e in self._parser.finish()]
+        tail = self._harmony.tail() if self._harmony is not None else ""
+        return [self._delta(e) for e in (self._parser.feed(tail) if tail else []) + self._parser.finish()]
 
     def _delta(self, e: Event) -> dict[str, Any]:
         if isinstance(e, Content):

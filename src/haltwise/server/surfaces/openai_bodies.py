@@ -100,7 +100,8 @@ def completion_body(rid: str, created: int, model: str, outs: list[RequestOutput
 
 def chat_body(rid: str, created: int, model: str, out: RequestOutput, tokenizer: Any,
               tool_calls: ToolCallConstraint | None = None) -> dict[str, Any]:
-    choices = [{"index": o.index, "message": _with_reasoning(chat_message(tool_calls, o.text, rid, o.index), o),
+    choices = [{"index": o.index,
+                "message": _with_reasoning(chat_message(tool_calls, o.text, rid, o.index, o.recipient), o),
                 "logprobs": chat_logprobs(tokenizer, o.logprobs), **end_fields(o, out)} for o in out.outputs]
     body = {"id": rid, "object": "chat.completion", "created": created, "model": model,
             "choices": choices, "usage": usage([out])}
@@ -193,7 +194,7 @@ class Chunker:
         stream = self.tool_streams.get(index)
         if stream is None:
             stream = self.tool_streams[index] = ToolDeltaStream(self.tool_calls, self.rid, index)
-        deltas = stream.feed(o.delta_text) + (stream.finish() if ended else [])
+        deltas = stream.feed(o.delta_text, o.recipient) + (stream.finish() if ended else [])
         return [{"index": index, "delta": d, "logprobs": None, "finish_reason": None, "stop_reason": None}
                 for d in deltas]
 

@@ -17,7 +17,10 @@ with one ToolFormat and a line in registry.py.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+MARKER = re.compile(r"<[^<>\s]+>|\[[A-Z_]+\]")   # text that may be one added token
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,22 @@ class ToolFormat:
     alternates: tuple[tuple[str, str | None, str], ...] = ()   # more (trigger, prefix, suffix) openers, auto
                                                                # only; prefix None: the trigger begins the body
     start_openers: tuple[tuple[str, str | None, str], ...] = ()   # the same, at the start of the answer only
+    markers_in_text: bool = True   # special tokens spelled in openers stay in the answer text (harmony: its
+                                   # call text is haltwise's own, formats/harmony.py)
 
     @property
     def openers(self) -> tuple[tuple[str, str | None, str], ...]:
         """Every (trigger, prefix, suffix), the format's own first."""
         return ((self.trigger, self.prefix, self.suffix),) + self.alternates
+
+    @property
+    def marker_texts(self) -> tuple[str, ...]:
+        """Pieces of the openers that may be one added token each (`<|tool_call|>`, `[TOOL_CALLS]`): the
+        detokenizer keeps them in the answer text, special or not, so the parser sees the call's frame."""
+        if not self.markers_in_text:
+            return ()
+        texts = [t for opener in self.openers + self.start_openers for t in opener if t]
+        return tuple(dict.fromkeys(m.group() for t in texts for m in MARKER.finditer(t)))
 
     def body_head(self, name: str) -> str:
         """The fixed text of a body up to its arguments."""
