@@ -153,7 +153,7 @@ def test_chat_templates_render_off_the_event_loop_on_every_surface(monkeypatch) 
             return real(*args, **kwargs)
         monkeypatch.setattr(module, "chat_prompt", chat_prompt)
 
-    for name in ("api", "chat_core", "surfaces.openai_chat", "surfaces.anthropic_messages"):  # modules, not routers
+    for name in ("api", "chat_prompt", "surfaces.anthropic_messages"):  # where it is looked up (answer_prompt: its own)
         recording(importlib.import_module(f"haltwise.server.{name}"))
     ask = [{"role": "user", "content": "Hello there"}]
     with ServerThread(build_app(tiny_engine(), "tiny", ui=False)) as server:

@@ -65,7 +65,8 @@ class ChatResult:
 
     @property
     def finish_reason(self) -> str | None:
-        return "tool_calls" if self.tool_calls else self.termination.finish_reason
+        cut = self.termination.finish_reason == "length"      # a call parsed from a cut answer is not a finished call
+        return "tool_calls" if self.tool_calls and not cut else self.termination.finish_reason
 
 
 @dataclass
