@@ -112,16 +112,17 @@ def test_messages_tool_use_round_trip_streamed_and_not(served) -> None:
     assert [b.type for b in back.content] in (["text"], [])
 
 
-def test_a_cut_call_is_max_tokens_never_tool_use(served) -> None:
-    """A call cut by max_tokens inside its arguments is Anthropic's max_tokens (its block kept, input {} and the
-    partial JSON), and OpenAI's length: the parsed name must not turn a cut answer into a finished call."""
+@pytest.mark.parametrize("n", [6, 10, 14, 18])
+def test_a_cut_call_is_max_tokens_never_tool_use(served, n) -> None:
+    """A call cut by max_tokens (before or inside its arguments) is Anthropic's max_tokens (its block kept,
+    input {} and the partial JSON) and OpenAI's length: a parsed name must not make a cut answer a finished call."""
     url, _ = served
     client = anthropic.Anthropic(base_url=url, api_key="x", max_retries=0, timeout=300)
-    ask = dict(model="phi4", max_tokens=6, messages=ASK, tool_choice={"type": "any"},
+    ask = dict(model="phi4", max_tokens=n, messages=ASK, tool_choice={"type": "any"},
                tools=[{"name": "get_weather", "description": "The weather in a city.", "input_schema": PARAMS}])
     msg = client.messages.create(**ask)
     assert msg.stop_reason == "max_tokens" and "incomplete" in msg.model_extra["termination"]["detail"], msg
     with client.messages.stream(**ask) as s:
         final = s.get_final_message()
     assert final.stop_reason == "max_tokens"
-    assert chat(url, ASK, max_tokens=6, tools=TOOLS, tool_choice="required").choices[0].finish_reason == "length"
+    assert chat(url, ASK, max_tokens=n, tools=TOOLS, tool_choice="required").choices[0].finish_reason == "length"
