@@ -87,7 +87,7 @@ def run(args: argparse.Namespace) -> int:
                                   "layers": args.layers, "base_layers": args.base_layers, "threads": args.threads,
                                   "prompt_tokens": args.prompt_tokens, "decode_tokens": args.decode_tokens,
                                   "repeats": args.repeats, "files": {d: str(p) for d, p in files.items()},
-                                  "tensor_types": tensor_types(files[args.layers]), "records": records})
+                                  "tensor_types": tensor_types(files[args.layers], args.layers), "records": records})
     return 0
 
 
@@ -132,20 +132,13 @@ def per_layer_records(rates: dict[tuple[str, int, int], list[float]], layers: in
     return rows
 
 
-def tensor_types(path: Path) -> dict[str, str]:
-    """Layer 0's and the head's tensor types as written (GGUF names without the block prefix)."""
+def tensor_types(path: Path, layers: int) -> dict[str, str]:
+    """The first and last layers' and the head's tensor types as llama-quantize wrote them (GGUF names)."""
     from gguf import GGUFReader
 
-    out = {}
-    for t in GGUFReader(path).tensors:
-        if t.name.startswith("blk.") and not t.name.startswith(("blk.0.", f"blk.{_last(path)}.")):
-            continue
-        out[t.name] = t.tensor_type.name
-    return out
-
-
-def _last(path: Path) -> int:
-    return int(path.name.split("-L")[1].split("-")[0]) - 1
+    kept = ("blk.0.", f"blk.{layers - 1}.")
+    return {t.name: t.tensor_type.name for t in GGUFReader(path).tensors
+            if not t.name.startswith("blk.") or t.name.startswith(kept)}
 
 
 def table(records: list[dict[str, Any]], args: argparse.Namespace, path: Path) -> str:
