@@ -104,12 +104,13 @@ class SparseMoE(nn.Module):
         for that expert's rank among the token's k experts (ascending index), and the k slots are added to
         zeros in that order: the same float operations, in the same order, as a loop of index_add_ over the
         experts in ascending order -- one sort and a few whole-step ops in place of five ops an expert (torch's
-        index_add_ sorts its index on an OpenMP team: a thread wait beside the native pool, every expert)."""
+        index_add_ sorts its index on an OpenMP team: a thread wait beside the native pool, every expert). Rows
+        move by index_select only (advanced indexing and index_put_ took 120-350 us for 64 rows here)."""
         tokens, k = experts.shape
         flat = experts.reshape(-1)                                          # (T*k,) pick p = token * k + slot
         order = torch.argsort(flat, stable=True)                           # picks by expert, then token
         ids, counts = torch.unique_consecutive(flat[order], return_counts=True)
-        picked = x[order // k]                                              # (T*k, hidden) rows, by expert
+        picked = x.index_select(0, order // k)                              # (T*k, hidden) rows, by expert
         ys, start = [], 0
         for e, n in zip(ids.tolist(), counts.tolist()):
             ys.append(self.experts[e](picked[start:start + n]))            # (n_e, hidden), row-local
@@ -117,9 +118,8 @@ class SparseMoE(nn.Module):
         y = (torch.cat(ys) if ys else picked) * weights.reshape(-1)[order, None]
         rank = torch.empty_like(experts)                                    # rank[t, slot]: e's place among t's
         rank.scatter_(1, experts.argsort(dim=1), torch.arange(k).expand(tokens, k).contiguous())
-        slots = x.new_empty(tokens * k, x.shape[-1])
-        slots[(order // k) * k + rank.reshape(-1)[order]] = y              # distinct targets: no accumulation
-        slots = slots.view(tokens, k, x.shape[-1])
+        target = (order // k) * k + rank.reshape(-1)[order]                # pick -> token * k + rank: a permutation
+        slots = y.index_select(0, torch.argsort(target)).view(tokens, k, x.shape[-1])
         out = torch.zeros_like(x)
         for j in range(k):                                                  # ascending expert index per token
             out += slots[:, j]
