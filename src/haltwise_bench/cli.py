@@ -16,6 +16,8 @@
   prompt-cache TTFT cold / from the pool / from RAM / from disk of a 2k and an 8k prompt (prompt_cache_bench.py)
   kernels      native GGUF kernels on a model's real weights, plain rows vs X8 records, or X8 records on two ISA
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
+  moe          MoE decode per layer at Qwen3-30B-A3B's real shapes (random weights, Q4_K_M by llama-quantize)
+               vs llama-batched-bench at 1 and 8 streams, same file (bench/moe_bench.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -46,6 +48,8 @@ PROGRAMS = {
                                                           "from RAM, from disk (llama-server --cache-ram beside)"),
     "kernels": ("haltwise_bench.kernel_shapes", "native kernels on a model's real weights: plain rows vs X8 records, "
                                                "or two ISA paths (--isas)"),
+    "moe": ("haltwise_bench.moe_bench", "MoE decode per layer at Qwen3-30B-A3B's real shapes (random weights, "
+                                        "Q4_K_M by llama-quantize) vs llama.cpp at 1 and 8 streams, same file"),
 }
 
 

@@ -23,8 +23,8 @@ def bin_dir(override: str | Path | None = None) -> Path:
     return Path(override or os.environ.get("HALTWISE_LLAMA_CPP_BIN") or DEFAULT_BIN).expanduser()
 
 
-def missing_binaries(directory: Path) -> list[str]:
-    return [b for b in BINARIES if not os.access(directory / b, os.X_OK)]
+def missing_binaries(directory: Path, names: tuple[str, ...] = BINARIES) -> list[str]:
+    return [b for b in names if not os.access(directory / b, os.X_OK)]
 
 
 def llama_server_cmd(directory: Path, port: int, gguf: str | Path, threads: int, parallel: int,
@@ -74,3 +74,25 @@ def parse_llama_bench(stdout: str) -> dict[str, float]:
         elif test.get("n_gen"):
             out[f"tg{test['n_gen']}"] = float(test["avg_ts"])
     return out
+
+
+def batched_bench(directory: Path, gguf: str | Path, threads: int, prompt_tokens: int, gen_tokens: int,
+                  parallel: tuple[int, ...], timeout_s: float = 1800.0) -> dict[int, float]:
+    """llama-batched-bench's decode rate per number of parallel sequences: {pl: tokens/s, all sequences}.
+
+    Each sequence gets its own prompt_tokens-token prompt (not shared), then gen_tokens decode steps of pl rows
+    each; speed_tg = pl * gen_tokens / the decode steps' time (the prompt step excluded)."""
+    context = max(parallel) * (prompt_tokens + gen_tokens) + 64
+    cmd = [str(directory / "llama-batched-bench"), "-m", str(gguf), "-t", str(threads), "-c", str(context),
+           "-npp", str(prompt_tokens), "-ntg", str(gen_tokens), "-npl", ",".join(map(str, parallel)),
+           "--output-format", "jsonl"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout_s, check=False)
+    if done.returncode:
+        raise RuntimeError(f"llama-batched-bench exited with {done.returncode}: {done.stderr[-2000:]}")
+    return parse_batched_bench(done.stdout)
+
+
+def parse_batched_bench(stdout: str) -> dict[int, float]:
+    """--output-format jsonl: one object per (pp, tg, pl); speed_tg is the decode rate over all pl sequences."""
+    rows = (json.loads(line) for line in stdout.splitlines() if line.startswith("{"))
+    return {int(r["pl"]): float(r["speed_tg"]) for r in rows}

@@ -85,3 +85,24 @@ def test_router_is_row_local():
     x = torch.randn(50, 64)
     assert torch.equal(gate(x)[33], gate(x[33:34])[0])
     assert torch.allclose(gate(x), x @ gate.weight.T, atol=1e-5)
+
+
+class _Constant(torch.nn.Module):
+    """An 'expert' whose output is one value everywhere, so the order of a token's sum shows in its bits."""
+
+    def __init__(self, value: float) -> None:
+        super().__init__()
+        self.value = value
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.full_like(x, self.value)
+
+
+def test_a_tokens_experts_are_summed_in_ascending_expert_index_whatever_their_slot_order():
+    """float32: (1e8 + 1) - 1e8 = 0, (-1e8 + 1e8) + 1 = 1. Experts 1, 3, 5 give 1e8, 1, -1e8; every token must
+    add them as 1, 3, 5. Named fault: summing a token's k outputs in its pick (slot) order."""
+    layer = moe()
+    layer.experts = torch.nn.ModuleList(_Constant(v) for v in (0.0, 1e8, 0.0, 1.0, 0.0, -1e8, 0.0, 0.0))
+    experts = torch.tensor([[5, 1, 3], [3, 5, 1], [1, 3, 5], [5, 3, 1]])
+    out = layer.routed(torch.zeros(4, 64), torch.ones(4, 3), experts)
+    assert torch.equal(out, torch.zeros(4, 64))

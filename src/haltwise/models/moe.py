@@ -91,12 +91,36 @@ class SparseMoE(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         """x (T, hidden) -> (T, hidden)."""
         weights, experts = self.route(x)
-        out = torch.zeros_like(x)
-        # Tokens grouped by expert; experts visited in ascending index, so each token's sum has a fixed order.
-        for e in torch.unique(experts).tolist():                            # sorted
-            rows, slot = torch.where(experts == e)                          # each token picks e at most once
-            y = self.experts[e](x[rows]) * weights[rows, slot, None]        # (n_e, hidden)
-            out.index_add_(0, rows, y)                                      # distinct rows: no reordering
+        out = self.routed(x, weights, experts)
         if self.shared_expert is not None:
             out = out + torch.sigmoid(self.shared_expert_gate(x)).to(x.dtype) * self.shared_expert(x)
+        return out
+
+    def routed(self, x: torch.Tensor, weights: torch.Tensor, experts: torch.Tensor) -> torch.Tensor:
+        """sum over each token's k experts of weight * expert(x), in ascending expert index.
+
+        The T*k (token, expert) picks are sorted by expert (stably: by token within one), so each expert runs
+        once on a contiguous slice of the gathered rows. Each pick's weighted output lands in its token's slot
+        for that expert's rank among the token's k experts (ascending index), and the k slots are added to
+        zeros in that order: the same float operations, in the same order, as a loop of index_add_ over the
+        experts in ascending order -- one sort and a few whole-step ops in place of five ops an expert (torch's
+        index_add_ sorts its index on an OpenMP team: a thread wait beside the native pool, every expert). Rows
+        move by index_select only (advanced indexing and index_put_ took 120-350 us for 64 rows here)."""
+        tokens, k = experts.shape
+        flat = experts.reshape(-1)                                          # (T*k,) pick p = token * k + slot
+        order = torch.argsort(flat, stable=True)                           # picks by expert, then token
+        ids, counts = torch.unique_consecutive(flat[order], return_counts=True)
+        picked = x.index_select(0, order // k)                              # (T*k, hidden) rows, by expert
+        ys, start = [], 0
+        for e, n in zip(ids.tolist(), counts.tolist()):
+            ys.append(self.experts[e](picked[start:start + n]))            # (n_e, hidden), row-local
+            start += n
+        y = (torch.cat(ys) if ys else picked) * weights.reshape(-1)[order, None]
+        rank = torch.empty_like(experts)                                    # rank[t, slot]: e's place among t's
+        rank.scatter_(1, experts.argsort(dim=1), torch.arange(k).expand(tokens, k).contiguous())
+        target = (order // k) * k + rank.reshape(-1)[order]                # pick -> token * k + rank: a permutation
+        slots = y.index_select(0, torch.argsort(target)).view(tokens, k, x.shape[-1])
+        out = torch.zeros_like(x)
+        for j in range(k):                                                  # ascending expert index per token
+            out += slots[:, j]
         return out
