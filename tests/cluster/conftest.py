@@ -33,7 +33,7 @@ class Cluster:
 def cluster() -> Iterator[Cluster]:
     pytest.importorskip("ray.serve", reason="the cluster extra is not installed (pip install -e '.[cluster]')")
     os.environ["RAY_AUTH_MODE"] = "disabled"
-    from haltwise.cluster.launch import ClusterSession
+    from haltwise.cluster.session import ClusterSession
 
     session = ClusterSession.open(None, num_cpus=2)
     try:

@@ -11,7 +11,7 @@ pytest.importorskip("ray.serve", reason="the cluster extra is not installed")
 
 from haltwise.cluster.models_replica import replica_share  # noqa: E402
 from haltwise.config import EngineConfig  # noqa: E402
-from haltwise.server.serve_models import RegistrySpec  # noqa: E402
+from haltwise.registry.spec import RegistrySpec  # noqa: E402
 
 GiB = 1 << 30
 SPEC = RegistrySpec(table=(("a", Path("a.gguf")),), preload=(), config=EngineConfig(), rope_scaling=None,

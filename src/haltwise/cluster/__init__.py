@@ -14,7 +14,8 @@ Only this package imports ray, and only `haltwise serve --replicas/--ray-address
   client.py   RemoteEngine, the ingress side
   metrics.py  per-replica Prometheus metrics (`replica` label)
   auth.py     Ray's authentication: token unless disabled on a loopback-only cluster; token file 0600
-  launch.py   a loopback Ray cluster or an existing one; deploy; the `serve` entry point
+  session.py  a loopback Ray cluster or an existing one; deploy a Serve app behind a router
+  launch.py   the `serve` entry point: one model's EngineReplicas, or several models' ModelsReplicas
 Several models (`--models-dir DIR --replicas N`): every replica runs a registry over the same models.
   models_replica.py  the ModelsReplica deployment (a ModelRegistry; the host's memory budget split)
   model_router.py    the request router: a replica that has the model loaded, else the roomiest one

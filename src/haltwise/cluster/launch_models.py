@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from haltwise.cluster.launch import DEPLOYMENT, ClusterSession
+from haltwise.cluster.session import DEPLOYMENT, ClusterSession
 
 MODEL_ROUTER_CLASS = "haltwise.cluster.model_router.ModelAwareRouter"   # by import path: Serve imports it
 LOAD_CALLS = 4

@@ -62,7 +62,7 @@ class ModelsReplica:
         import ray
         from ray import serve
 
-        from haltwise.server.serve_models import registry_from
+        from haltwise.registry.spec import registry_from
 
         spec, settings = build["spec"], build.get("prompt_cache")
         tiers = settings.open() if settings is not None else None   # each replica its own tiers

@@ -230,7 +230,7 @@ class RemoteModels:
             entry.engine = ModelOnReplicas(self.remote, entry, tokenizer)
 
     def _tokenizer(self, entry: ModelEntry) -> Any:
-        from haltwise.cluster.launch import ingress_tokenizer
+        from haltwise.cluster.session import ingress_tokenizer
 
         tokenizer = ingress_tokenizer(str(entry.path), tiny=False)
         if self.chat_template is not None and tokenizer.chat_template is None:

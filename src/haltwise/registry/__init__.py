@@ -8,6 +8,7 @@ ask it for a model by name (registry.acquire) and give the lease back when the r
     entry.py       one servable model: its status, engine, in-flight count, expiry, per-model caches
     registry.py    ModelRegistry: load on demand (one load per model), LRU + idle + memory eviction
     metrics.py     haltwise_models_* on /metrics
+    spec.py        RegistrySpec (what a several-model server is built from) -> its ModelRegistry
 
 Layering: above engine/ (it builds AsyncEngines through a loader it is given), below server/.
 """
