@@ -89,12 +89,12 @@ def test_a_looping_string_is_closed_valid_and_streams_the_same(smol) -> None:
 
 
 @pytest.mark.parametrize("prompt", SIMPLE)
-def test_json_object_never_runs_to_the_limit(smol, prompt: str) -> None:
-    """JSON mode (the hidden opener line, unique keys): each simple prompt ends by the grammar or is closed
-    validly, and its JSON repeats no key. (How many end by themselves moves with the default path's numerics
-    on a 135M model: docs/structured.md has the counts.)"""
+def test_json_object_ends_by_itself(smol, prompt: str) -> None:
+    """JSON mode (the hidden opener line, unique keys): each simple prompt ends by the grammar, and its JSON
+    repeats no key. A 135M model's greedy path moves with the default path's rounding: a kernel change that
+    alters it may move these (docs/structured.md: an attention FMA experiment took them to 4/6)."""
     choice = _json(smol, prompt, {"type": "json_object"})
-    _ended_valid(choice, {"type": "object"})
+    assert _ended_valid(choice, {"type": "object"})["reason"] == "grammar"
     pairs: list[list] = []
     json.loads(choice.message.content, object_pairs_hook=lambda p: pairs.append([k for k, _ in p]) or dict(p))
     assert all(len(keys) == len(set(keys)) for keys in pairs), pairs
