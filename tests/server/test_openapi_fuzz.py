@@ -20,7 +20,7 @@ def _fuzz(server, path: str) -> None:
     operation = schema[path]["POST"]
     seen: list[int] = []
 
-    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None,
+    @settings(max_examples=MAX_EXAMPLES, deadline=None, database=None, derandomize=True,
               suppress_health_check=list(HealthCheck))
     @given(case=operation.as_strategy(), cap=st.integers(1, 8))
     def check(case, cap: int) -> None:

@@ -19,8 +19,10 @@ ANTHROPIC_SETTINGS = {**SETTINGS, "extra_body": {"temperature": 0}}
 
 def model(base_url: str, surface: str):
     if surface == "anthropic":
+        # anthropic-version 2023-06-01: pydantic-ai drops sampling settings (temperature 0 included, and so
+        # the case's determinism) for the SDK's newer default version; the server accepts both
         client = anthropic.AsyncAnthropic(base_url=base_url, api_key="unused", http_client=async_http_client(),
-                                          max_retries=0)
+                                          max_retries=0, default_headers={"anthropic-version": "2023-06-01"})
         return AnthropicModel("qwen2.5-coder-0.5b", provider=AnthropicProvider(anthropic_client=client))
     client = openai.AsyncOpenAI(base_url=base_url + "/v1", api_key="unused", http_client=async_http_client(),
                                 max_retries=0)
