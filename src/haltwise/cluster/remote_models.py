@@ -22,8 +22,8 @@ from typing import Any
 
 from haltwise.cluster import directory
 from haltwise.cluster.wire import decode_error
-from haltwise.errors import EngineFailure, ModelNotFound, Overloaded
-from haltwise.registry.entry import ModelEntry
+from haltwise.errors import EngineFailure, Overloaded
+from haltwise.registry.entry import ModelEntry, named_entry
 from haltwise.registry.lease import Lease, ModelBusy
 
 LOAD_WAIT_S = 120.0       # a load call without a deadline (POST /models/load, --model preloads)
@@ -117,11 +117,7 @@ class RemoteModels:
 
     # ---- the registry's interface ------------------------------------------------------------------------------
     def resolve(self, model: str | None) -> ModelEntry:
-        entry = self.entries.get(self.default if model is None else model)
-        if entry is None:
-            offered = ", ".join(sorted(self.entries)[:20])
-            raise ModelNotFound(f"The model '{model}' does not exist; this server serves: {offered}", param="model")
-        return entry
+        return named_entry(self.entries, self.default, model)
 
     async def start(self) -> None:
         await self.remote.start()

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from haltwise.errors import ModelNotFound
 from haltwise.registry.durations import FOREVER
 from haltwise.registry.memory import LoadEstimate
 
@@ -75,3 +76,12 @@ class ModelEntry:
         self.extra.clear()
         self.status, self.loaded, self.in_flight = Status.UNLOADED, None, 0
         self.idle_since, self.unload_when_idle = None, False
+
+
+def named_entry(entries: dict[str, "ModelEntry"], default: str, model: str | None) -> "ModelEntry":
+    """The entry a request's `model` names (None: the default), else ModelNotFound (404) listing what is served."""
+    entry = entries.get(default if model is None else model)
+    if entry is None:
+        offered = ", ".join(sorted(entries)[:20])
+        raise ModelNotFound(f"The model '{model}' does not exist; this server serves: {offered}", param="model")
+    return entry

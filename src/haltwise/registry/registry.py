@@ -23,9 +23,9 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
-from haltwise.errors import EngineFailure, HaltwiseError, ModelNotFound, Overloaded
+from haltwise.errors import EngineFailure, HaltwiseError, Overloaded
 from haltwise.registry.durations import FOREVER, describe
-from haltwise.registry.entry import ModelEntry, Status
+from haltwise.registry.entry import ModelEntry, Status, named_entry
 from haltwise.registry.lease import InsufficientMemory, Lease, in_daemon_thread
 from haltwise.registry.memory import (LoadEstimate, MemoryBudget, mib, resident_bytes, return_freed_memory)
 from haltwise.registry.metrics import RegistryMetrics
@@ -64,11 +64,7 @@ class ModelRegistry:
 
     def resolve(self, model: str | None) -> ModelEntry:
         """The entry a request's `model` names (None: the default), else ModelNotFound (404)."""
-        entry = self.entries.get(self.default if model is None else model)
-        if entry is None:
-            offered = ", ".join(sorted(self.entries)[:20])
-            raise ModelNotFound(f"The model '{model}' does not exist; this server serves: {offered}", param="model")
-        return entry
+        return named_entry(self.entries, self.default, model)
 
     def loaded(self) -> list[ModelEntry]:
         return [e for e in self.entries.values() if e.status is Status.LOADED]
