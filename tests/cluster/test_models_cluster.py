@@ -6,10 +6,6 @@ file order and the last one unloads and loads again.
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Iterator
 
 import httpx
@@ -17,8 +13,8 @@ import openai
 import pytest
 
 from tests.registry.test_serve_models import models_dir
+from tests.cluster.serve_subprocess import replica_server
 from tests.server.http_helpers import metric, wait_until
-from tests.server.serve_process import free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
 SMALL, GEMMA = "smollm2-135m", "gemma3-270m"
@@ -45,31 +41,9 @@ class Served:
 def served(tmp_path_factory) -> Iterator[Served]:
     pytest.importorskip("ray.serve", reason="the cluster extra is not installed")
     folder = models_dir(tmp_path_factory.mktemp("models"), (SMALL, GEMMA))
-    port, log_path = free_port(), folder.parent / "serve.log"
-    log = open(log_path, "w")   # a file, not a pipe: Ray's logs would fill a pipe and block
-    env = {**os.environ, "RAY_AUTH_MODE": "disabled", "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen([sys.executable, "-m", "haltwise.cli", "serve", "--models-dir", str(folder),
-                             "--replicas", "2", "--replica-cpus", "0.5", "--kv-cache-memory", "64MiB",
-                             "--port", str(port), "--shutdown-grace", "2"],
-                            env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        def ready() -> bool:
-            try:
-                return httpx.get(f"{url}/ready", timeout=5).status_code == 200
-            except httpx.TransportError:
-                return proc.poll() is not None
-        assert wait_until(ready, 420) and proc.poll() is None, Path(log_path).read_text()[-4000:]
+    args = ["--models-dir", str(folder), "--replicas", "2", "--replica-cpus", "0.5", "--kv-cache-memory", "64MiB"]
+    with replica_server(args, folder.parent / "serve.log", 420) as (_, url):
         yield Served(url)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(30)
-        log.close()
 
 
 def test_each_model_goes_to_the_replica_that_has_it_loaded(served) -> None:
