@@ -3,7 +3,8 @@
 The model is tests/models/converted.py's qwen3moe fixture (llama.cpp's converter, q8_0: its experts run
 through the kernel plan's quantized formats). The determinism probe of test_http_determinism.py runs on it
 (alone 4 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others), and a chat request
-renders the family's real template (Qwen3's, from the GGUF metadata).
+renders the family's real template (Qwen3's, from the GGUF metadata). The native layer stack runs the MoE
+layers on every step (csrc/moe_block.cpp), so the default path is batch invariant and prompt lookup drafts.
 """
 from __future__ import annotations
 
@@ -58,3 +59,13 @@ def test_moe_eos_set_has_the_family_end_token(moe_gguf) -> None:
     assert tok.token_to_id("<|im_end|>") in tok.eos_token_ids()
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nhi<|im_end|>" in text
+
+
+def test_moe_default_path_speculates_with_prompt_lookup(moe_server) -> None:
+    """Prompt lookup runs only where every step is batch invariant (engine/speculation.py): a prompt whose suffix
+    occurred earlier gets drafts (usage.speculation), as on the dense families."""
+    body = {"prompt": "red green blue gold red green blue gold red green blue gold red green", "max_tokens": 8,
+            "temperature": 0}
+    reply = httpx.post(moe_server + "/v1/completions", json=body, timeout=600)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"].get("speculation", {}).get("drafted", 0) > 0, reply.json()["usage"]
