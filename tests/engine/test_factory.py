@@ -24,7 +24,7 @@ def test_an_moe_model_runs_every_step_natively_with_prompt_lookup_and_no_warning
 
     with caplog.at_level(logging.INFO, logger="haltwise"):
         engine = build_engine(fixture("qwen3moe").gguf("q8_0"),
-                              EngineConfig(max_model_len=256, kv_cache_memory=8 * 2**20))
+                              EngineConfig(dtype="auto", max_model_len=256, kv_cache_memory=8 * 2**20))
     assert "not batch invariant" not in caplog.text
     assert engine.model.model.native_decode is not None and engine.model.model.native_decode.every_step
     assert engine.speculator.num_tokens == EngineConfig().speculative_tokens > 0
