@@ -7,7 +7,8 @@ in the same run, alternating who goes first, with the same thread count:
 
   haltwise   this process, the default path (--dtype auto: each linear in its planned format, the mapped file):
              n distinct --prompt-tokens prompts at once, --decode-tokens new tokens each, greedy, eos ignored;
-             decode rate = tokens after each stream's first / time after the last first token
+             decode rate = tokens after each stream's first / time after the last first token; prompt
+             lookup off (one token a step, as the peer)
   llama.cpp  llama-batched-bench -npp P -ntg N -npl 1,8: speed_tg, the decode steps' rate over all sequences
 
 Per stream count n, a decode step of n rows takes step_ms = n * 1000 / (tokens/s of all n streams); a layer's
@@ -100,7 +101,9 @@ def haltwise_rates(path: Path, streams: tuple[int, ...], args: argparse.Namespac
     from haltwise_bench.haltwise_runner import HaltwiseRunner
 
     torch.set_num_threads(args.threads)
-    llm = LLM(str(path), dtype="auto", **{"num_threads": args.threads, **options})
+    # no prompt lookup: llama-batched-bench decodes one token a step, and a random model's repetitive output
+    # would have drafts accepted (the layer's time is what is compared); --engine-option turns it back on
+    llm = LLM(str(path), dtype="auto", **{"num_threads": args.threads, "speculative_tokens": 0, **options})
     runner = HaltwiseRunner(llm.engine)
     prompts = token_prompts(llm.tokenizer, max(streams), args.prompt_tokens)
     out = {}

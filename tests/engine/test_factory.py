@@ -1,6 +1,8 @@
 """build_engine: the default path builds for any window, however short."""
 from __future__ import annotations
 
+import logging
+
 from haltwise.config import EngineConfig
 from haltwise.engine.factory import CALIBRATION_TOKENS, build_engine
 
@@ -12,3 +14,17 @@ def test_a_window_shorter_than_the_calibration_text_still_plans_and_verifies(mon
     engine = build_engine(engine_config=EngineConfig(dtype="auto", max_model_len=window,
                                                      kv_cache_memory=4 * 2**20), tiny=True)
     assert engine.max_model_len == window and engine.kernel_plan.verified.checked > 0
+
+
+def test_an_moe_model_runs_every_step_natively_with_prompt_lookup_and_no_warning(caplog):
+    """qwen3moe under default flags: the native stack runs every step (its MoE block: csrc/moe_block.cpp), so
+    the default path is batch invariant, prompt lookup is on, and no 'not batch invariant' warning is logged
+    (before the stack ran MoE, all three failed: the stack refused the model)."""
+    from tests.models.converted import fixture
+
+    with caplog.at_level(logging.INFO, logger="haltwise"):
+        engine = build_engine(fixture("qwen3moe").gguf("q8_0"),
+                              EngineConfig(dtype="auto", max_model_len=256, kv_cache_memory=8 * 2**20))
+    assert "not batch invariant" not in caplog.text
+    assert engine.model.model.native_decode is not None and engine.model.model.native_decode.every_step
+    assert engine.speculator.num_tokens == EngineConfig().speculative_tokens > 0

@@ -82,3 +82,27 @@ def test_tiny_shapes_run_both_systems_on_the_same_quantized_file(tmp_path, capsy
     assert types["blk.1.ffn_down_exps.weight"] == "Q6_K"             # llama.cpp's Q4_K_M: more bits on the last
     assert types["blk.0.ffn_gate_inp.weight"] == "F32" and types["output.weight"] == "Q6_K"
     assert result["shape"]["experts"] == 16 and result["layers"] == 2
+
+
+def test_haltwise_decodes_one_token_a_step_as_the_peer(monkeypatch):
+    """Prompt lookup is on by default wherever every step is batch invariant (MoE included since the native stack
+    runs it): a random model's repetitive output then has drafts accepted and its tok/s counts several tokens a
+    step, which llama-batched-bench never does. Named fault: the engine built with the default options."""
+    import argparse
+    from pathlib import Path
+
+    from haltwise_bench.moe_bench import haltwise_rates
+
+    seen = {}
+
+    class Built(Exception):
+        pass
+
+    def engine(path, **options):
+        seen.update(options)
+        raise Built
+
+    monkeypatch.setattr("haltwise.llm.LLM", engine)
+    with pytest.raises(Built):
+        haltwise_rates(Path("moe.gguf"), (1,), argparse.Namespace(threads=2, prompt_tokens=8, decode_tokens=4), {})
+    assert seen["speculative_tokens"] == 0 and seen["num_threads"] == 2

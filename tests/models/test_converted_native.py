@@ -1,9 +1,10 @@
-"""The default path (--dtype auto: planned linears) on the converted dense families, on the converter's q8_0 file.
+"""The default path (--dtype auto: planned linears) on the converted families, on the converter's q8_0 file.
 
-phi3 runs the native layer stack every step (partial rotary, LongRoPE tables): close to the float32 Python
-layers on the same file. gemma2 (soft-capped attention) and gpt-oss (MoE, attention sinks) cannot and run
-the Python layers with the planned linears. Either way a sequence's logits are the same bits however its prompt is chunked or batched, as
-tests/models/test_native_stack_rows.py checks for the hand-written families."""
+phi3 (partial rotary, LongRoPE tables), qwen3moe and qwen2moe (MoE blocks: csrc/moe_block.cpp) run the native
+layer stack every step: close to the float32 Python layers on the same file. gemma2 (soft-capped attention) and
+gpt-oss (attention sinks) cannot and run the Python layers with the planned linears. Either way a sequence's
+logits are the same bits however its prompt is chunked or batched, as tests/models/test_native_stack_rows.py
+checks for the hand-written families."""
 import pytest
 import torch
 
@@ -18,8 +19,8 @@ from tests.models.paged_runner import PagedRunner
 from tests.models.test_native_stack_rows import _prompt, _prompt_logits
 
 pytestmark = pytest.mark.slow
-NATIVE_FAMILIES = ("phi3",)
-PYTHON_FAMILIES = {"gemma2": "soft-capping", "gpt-oss": "mixture-of-experts"}   # on the Python layers, and why
+NATIVE_FAMILIES = ("phi3", "qwen3moe", "qwen2moe")
+PYTHON_FAMILIES = {"gemma2": "soft-capping", "gpt-oss": "attention sinks"}   # on the Python layers, and why
 
 
 @pytest.fixture(autouse=True)

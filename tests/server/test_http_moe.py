@@ -2,8 +2,10 @@
 
 The model is tests/models/converted.py's qwen3moe fixture (llama.cpp's converter, q8_0: its experts run
 through the kernel plan's quantized formats). The determinism probe of test_http_determinism.py runs on it
-(alone 4 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others), and a chat request
-renders the family's real template (Qwen3's, from the GGUF metadata).
+(alone 4 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others; text and every token's
+logprob compared exactly), and a chat request
+renders the family's real template (Qwen3's, from the GGUF metadata). The native layer stack runs the MoE
+layers on every step (csrc/moe_block.cpp), so the default path is batch invariant and prompt lookup drafts.
 """
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 from haltwise.tokenizer.tokenizer import Tokenizer
 from tests.models.converted import fixture
 from tests.server.browser_helpers import serve
-from tests.server.test_http_determinism import OTHERS, TARGET, complete
+from tests.server.test_http_determinism import OTHERS, TARGET
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(2400)]
 MOE_TARGET = {**TARGET, "max_tokens": 16}     # a tiny model's steps are still seconds on a shared 2-core host
@@ -34,14 +36,22 @@ def moe_server(moe_gguf) -> Iterator[str]:
                      start_limit=1500.0)
 
 
+def exact(url: str, body: dict) -> tuple[str, list[float]]:
+    """The text and every token's logprob (float32 logits' bits, as JSON numbers): a last-bit difference in a
+    logit anywhere in the stack shows here even where the greedy tokens do not move."""
+    choice = httpx.post(url + "/v1/completions", json={**body, "logprobs": 2}, timeout=600).json()["choices"][0]
+    return choice["text"], choice["logprobs"]["token_logprobs"]
+
+
 def test_moe_same_request_same_text_alone_and_beside_others(moe_server) -> None:
-    answers = [complete(moe_server, MOE_TARGET) for _ in range(4)]
-    assert len(set(answers)) == 1, answers
+    answers = [exact(moe_server, MOE_TARGET) for _ in range(4)]
+    assert all(a == answers[0] for a in answers), answers
     for k in (1, 3, 7):
-        bodies = [MOE_TARGET] + [{"prompt": p, "max_tokens": 8 + 4 * i, "temperature": 0} for i, p in enumerate(OTHERS[:k])]
+        bodies = [MOE_TARGET] + [{"prompt": p, "max_tokens": 8 + 4 * i, "temperature": 0}
+                                 for i, p in enumerate(OTHERS[:k])]
         with ThreadPoolExecutor(len(bodies)) as pool:
-            got = list(pool.map(lambda b: complete(moe_server, b), bodies))
-        assert got[0] == answers[0], f"beside {k} others: {got[0][0]!r} != {answers[0][0]!r}"
+            got = list(pool.map(lambda b: exact(moe_server, b), bodies))
+        assert got[0] == answers[0], f"beside {k} others: {got[0]!r} != {answers[0]!r}"
 
 
 def test_moe_chat_renders_the_family_template(moe_server) -> None:
@@ -58,3 +68,13 @@ def test_moe_eos_set_has_the_family_end_token(moe_gguf) -> None:
     assert tok.token_to_id("<|im_end|>") in tok.eos_token_ids()
     text = tok.apply_chat_template([{"role": "user", "content": "hi"}])
     assert text.endswith("<|im_start|>assistant\n") and "<|im_start|>user\nhi<|im_end|>" in text
+
+
+def test_moe_default_path_speculates_with_prompt_lookup(moe_server) -> None:
+    """Prompt lookup runs only where every step is batch invariant (engine/speculation.py): a prompt whose suffix
+    occurred earlier gets drafts (usage.speculation), as on the dense families."""
+    body = {"prompt": "red green blue gold red green blue gold red green blue gold red green", "max_tokens": 8,
+            "temperature": 0}
+    reply = httpx.post(moe_server + "/v1/completions", json=body, timeout=600)
+    assert reply.status_code == 200, reply.text
+    assert reply.json()["usage"].get("speculation", {}).get("drafted", 0) > 0, reply.json()["usage"]

@@ -10,6 +10,10 @@ only under --dtype auto (the plan's dtype):
     the invariant). It needs each linear in one format at every bucket, and lm_head batch invariant too.
   * otherwise: decode-only steps of up to 64 rows whose bucket's formats it runs; the rest take the
     Python layers.
+Mixture-of-experts layers (qwen3moe, qwen2moe: models/moe.py) run as a native MoE block
+(csrc/moe_block.cpp): the router, the experts' linears in their planned formats (an expert of n rows runs
+the format of n's bucket, as its PlannedLinear would) and the combine in ascending expert index. gpt-oss stays
+in Python: its attention sinks have no native kernel (nor its clamped-GLU experts).
 The Python layers stay the float32 reference it is tested against (tests/models/test_native_decode.py).
 """
 from __future__ import annotations
@@ -21,6 +25,7 @@ from torch import nn
 
 from haltwise.kernels.plan import BUCKETS, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
+from haltwise.models.moe import SparseMoE
 
 log = logging.getLogger("haltwise.models")
 NATIVE, DENSE = "gguf-q8-native", ("float32", "float32-native")   # formats the stack runs
@@ -44,35 +49,42 @@ class NativeDecode:
         module = build.load()
         if module is None:
             return None, build.failure() or "native kernels unavailable"
-        if any(not hasattr(layer.mlp, "gate_up_proj") for layer in model.layers):
-            return None, "mixture-of-experts layers run in Python (models/moe.py): the native stack has no MoE"
+        if any(layer.self_attn.sinks is not None for layer in model.layers):
+            return None, "attention sinks (gpt-oss) run in Python (models/row_attention.py): the native stack's " \
+                         "attention has no sinks"
+        if any(getattr(layer.mlp, "topk_first", False) for layer in model.layers):
+            return None, "the top-k-then-softmax router and clamped-GLU experts (gpt-oss) run in Python (models/moe.py)"
         if any(layer.self_attn.softcap for layer in model.layers):
             return None, "attention soft-capping (gemma2) runs in Python (models/row_attention.py): the native " \
                          "stack has no soft-capped attention"
         first = model.layers[0]
-        attn, mlp = first.self_attn, first.mlp
-        act = ACTIVATIONS.get(mlp.hidden_act)
+        attn = first.self_attn
+        mlps = [m for layer in model.layers for m in _mlps(layer.mlp)]
+        act = ACTIVATIONS.get(mlps[0].hidden_act)
         if act is None:
-            return None, f"activation {mlp.hidden_act!r} has no native kernel"
+            return None, f"activation {mlps[0].hidden_act!r} has no native kernel"
         if attn.head_dim % 8 or model.norm.weight.shape[0] % 8:
             return None, "head_dim and hidden size must be multiples of 8"
-        linears = [(layer.self_attn.qkv_proj, layer.self_attn.o_proj, layer.mlp.gate_up_proj, layer.mlp.down_proj)
-                   for layer in model.layers]
+        attention = [(layer.self_attn.qkv_proj, layer.self_attn.o_proj) for layer in model.layers]
+        linears = attention + [(m.gate_up_proj, m.down_proj) for m in mlps]
         if not all(isinstance(l, PlannedLinear) for group in linears for l in group):
             return None, "the linears are not planned (only --dtype auto plans them)"
         if any(p.dtype != torch.float32 for p in model.parameters()):
             return None, "the weights are not float32"
-        bucket_ok = [all(l.bucket_formats[b] in (NATIVE, *DENSE) for group in linears for l in group)
-                     for b in range(len(BUCKETS))]
+        # a routed expert of n rows runs bucket(n) <= the step's: a step's bucket needs theirs up to it
+        routed = [(m.gate_up_proj, m.down_proj) for layer in model.layers if _is_moe(layer.mlp)
+                  for m in layer.mlp.experts]
+        bucket_ok = [_runs(linears, b) and all(_runs(routed, c) for c in range(b)) for b in range(len(BUCKETS))]
         every_step = every_step and all(bucket_ok) and _one_format(linears) and _invariant_head(head)
         if not any(bucket_ok):
             return None, "no row bucket's linears all run natively or in float32"
+        dense = [layer.mlp.intermediate_size for layer in model.layers if not _is_moe(layer.mlp)]
         stack = module.DecodeStack(attn.num_heads, attn.num_kv_heads, attn.head_dim, model.norm.weight.shape[0],
-                                   mlp.intermediate_size, first.input_layernorm.eps, first.input_layernorm.plus_one,
+                                   max(dense, default=0), first.input_layernorm.eps, first.input_layernorm.plus_one,
                                    act, first.sandwich, isa)
         if attn.rotary_dim is not None:         # partial rotary (phi3): the tables still hold head_dim values
             stack.set_rotary_dim(attn.rotary_dim)
-        for layer, group in zip(model.layers, linears, strict=True):
+        for layer, group in zip(model.layers, attention, strict=True):
             norms = [layer.input_layernorm, layer.post_attention_layernorm]
             if layer.sandwich:
                 norms += [layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm]
@@ -80,7 +92,12 @@ class NativeDecode:
             qk = [a.q_norm.weight, a.k_norm.weight] if a.qk_norm else []
             stack.add_layer([n.weight for n in norms], qk, a.window or 0, layer.local_rope, a.scale)
             for slot, linear in enumerate(group):
-                _set_linear(stack, slot, linear)
+                stack.set_linear(slot, *_linear_args(linear))
+            if _is_moe(layer.mlp):
+                stack.set_moe(moe_block(module, layer.mlp, act, isa))
+            else:
+                for slot, linear in enumerate((layer.mlp.gate_up_proj, layer.mlp.down_proj), start=2):
+                    stack.set_linear(slot, *_linear_args(linear))
         return cls(stack, bucket_ok, every_step), ""
 
     def buckets(self) -> list[int]:
@@ -130,11 +147,39 @@ def _invariant_head(head: nn.Module | None) -> bool:
     return isinstance(head, PlannedLinear) and all(head.by_bucket(b)[0].batch_invariant for b in range(len(BUCKETS)))
 
 
-def _set_linear(stack, slot: int, linear: PlannedLinear) -> None:
+def _runs(linears, bucket: int) -> bool:
+    """Every linear runs a format the stack runs at `bucket`."""
+    return all(l.bucket_formats[bucket] in (NATIVE, *DENSE) for group in linears for l in group)
+
+
+def _is_moe(mlp: nn.Module) -> bool:
+    return isinstance(mlp, SparseMoE)
+
+
+def _mlps(mlp: nn.Module) -> list[nn.Module]:
+    """The gated MLPs a layer's MLP runs: itself, or its experts (and shared expert)."""
+    if not _is_moe(mlp):
+        return [mlp]
+    return [*mlp.experts, *([mlp.shared_expert] if mlp.shared_expert is not None else [])]
+
+
+def moe_block(module, moe: SparseMoE, act: int, isa: str = "auto"):
+    """The native MoeBlock (csrc/moe_block.cpp) of one SparseMoE: its router, experts and shared expert."""
+    hidden = moe.gate.weight.shape[1]
+    block = module.MoeBlock(hidden, len(moe.experts), moe.top_k, moe.norm_topk_prob, act, list(BUCKETS), isa)
+    shared_gate = moe.shared_expert_gate.weight.detach() if moe.shared_expert is not None else torch.empty(0)
+    block.set_router(moe.gate.weight.detach(), shared_gate)
+    for e, expert in enumerate(_mlps(moe)):
+        for slot, linear in enumerate((expert.gate_up_proj, expert.down_proj)):
+            block.set_expert(e, slot, *_linear_args(linear))
+    return block
+
+
+def _linear_args(linear: PlannedLinear) -> tuple:
+    """set_linear's arguments after the slot: the linear's native shards and/or float32 weight, per bucket."""
     native = next((p for f, p in linear._by_bucket if f.name == NATIVE), None)
     dense = next((p for f, p in linear._by_bucket if f.name in DENSE), None)
     empty = torch.empty(0)
-    stack.set_linear(slot, native.weights if native else [], native.qtypes if native else [],
-                     native.rows if native else [], dense if dense is not None else empty,
-                     linear.bias if linear.bias is not None else empty,
-                     [f.name == NATIVE for f, _ in linear._by_bucket], linear.out_features, linear.in_features)
+    return (native.weights if native else [], native.qtypes if native else [], native.rows if native else [],
+            dense if dense is not None else empty, linear.bias if linear.bias is not None else empty,
+            [f.name == NATIVE for f, _ in linear._by_bucket], linear.out_features, linear.in_features)

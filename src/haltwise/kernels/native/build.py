@@ -31,9 +31,9 @@ from haltwise.kernels.cache_trust import first_distrust
 
 log = logging.getLogger("haltwise.kernels")
 CSRC = Path(__file__).parent / "csrc"
-SOURCES = ("ops.cpp", "decode_stack.cpp", "thread_pool.cpp", "repack.cpp", "kernels_scalar.cpp", "kernels_avx2.cpp",
-           "kernels_x8_avx2.cpp", "kernels_kx8_scalar.cpp", "kernels_kx8_avx2.cpp", "kernels_x8_avx512vnni.cpp",
-           "kernels_kx8_avx512vnni.cpp", "kernels_x8_avxvnni.cpp", "kernels_kx8_avxvnni.cpp",
+SOURCES = ("ops.cpp", "decode_stack.cpp", "moe_block.cpp", "thread_pool.cpp", "repack.cpp", "kernels_scalar.cpp",
+           "kernels_avx2.cpp", "kernels_x8_avx2.cpp", "kernels_kx8_scalar.cpp", "kernels_kx8_avx2.cpp",
+           "kernels_x8_avx512vnni.cpp", "kernels_kx8_avx512vnni.cpp", "kernels_x8_avxvnni.cpp", "kernels_kx8_avxvnni.cpp",
            "kernels_attend_avx512.cpp", "spm_bpe.cpp", "test_hooks.cpp")
 # -ffp-contract=off: no a * b + c is fused unless the source says so (intrinsics), so an inlined helper
 # computes the same bits at every call site: the batch invariance of the kernels depends on it.

@@ -6,6 +6,7 @@
 //     a = attention(q, cache in place over [start, len) of the row's sequence)             (every row)
 //     o = a W_o; [o = norm(o)]; h += o
 //     x = norm(h); g, u = x W_gate_up; m = act(g) * u; d = m W_down; [d = norm(d)]; h += d
+//                  (an MoE layer: d = the MoE block's output for x, moe_block.cpp)
 //
 // Every row's K/V is written before any row attends, so a prefill row sees the rows before it in its
 // chunk exactly as a later decode would see them.
@@ -28,23 +29,18 @@
 #include <ATen/Parallel.h>
 
 #include <atomic>
+#include <memory>
 #include <vector>
 
+#include "moe_block.h"
 #include "native_linear.h"
 #include "row_tiles.h"
 #include "stack_checks.h"
+#include "stack_linear.h"
 #include "thread_pool.h"
 
 namespace haltwise_native {
 namespace {
-
-struct StackLinear {
-  NativeLinear native;            // shards, when any bucket runs natively
-  torch::Tensor dense;            // (N, K) float32, when any bucket runs in float32
-  torch::Tensor bias;             // (N,) or undefined
-  std::vector<bool> native_bucket;
-  int64_t N = 0, K = 0;
-};
 
 struct StackLayer {
   std::vector<torch::Tensor> norms;     // input, post-attention[, pre-feedforward, post-feedforward]
@@ -52,7 +48,8 @@ struct StackLayer {
   int64_t window = 0;                   // 0 = full context
   bool local_rope = false;
   float scale = 1.0f;
-  StackLinear linears[4];               // qkv, o, gate_up, down
+  StackLinear linears[4];               // qkv, o, gate_up, down (gate_up, down unset under an MoE block)
+  std::shared_ptr<MoeBlock> moe;        // the layer's mixture of experts (moe_block.cpp), or null
 };
 
 enum Slot { QKV = 0, O = 1, GATE_UP = 2, DOWN = 3 };
@@ -93,20 +90,15 @@ class DecodeStack {
                   const std::vector<int64_t>& rows, const torch::Tensor& dense, const torch::Tensor& bias,
                   const std::vector<bool>& native_bucket, int64_t out_features, int64_t in_features) {
     TORCH_CHECK(!layers_.empty() && slot >= 0 && slot < 4, "haltwise native: set_linear before add_layer");
-    StackLinear& l = layers_.back().linears[slot];
-    l.N = out_features;
-    l.K = in_features;
-    l.native_bucket = native_bucket;
-    if (!weights.empty()) {
-      l.native = make_linear(weights, qtypes, rows, in_features, table_);
-      TORCH_CHECK(l.native.N == out_features, "haltwise native: shards hold ", l.native.N, " rows, not ", out_features);
-    }
-    if (dense.defined() && dense.numel()) {
-      TORCH_CHECK(dense.scalar_type() == torch::kFloat32 && dense.dim() == 2 && dense.size(0) == out_features &&
-                  dense.size(1) == in_features, "haltwise native: dense weight must be (out, in) float32");
-      l.dense = dense.contiguous();
-    }
-    if (bias.defined() && bias.numel()) l.bias = float_vector(bias, out_features);
+    layers_.back().linears[slot] = make_stack_linear(weights, qtypes, rows, dense, bias, native_bucket, out_features,
+                                                     in_features, table_);
+  }
+
+  // The last added layer's MLP is `block` (every expert set), in place of gate_up / down.
+  void set_moe(std::shared_ptr<MoeBlock> block) {
+    TORCH_CHECK(!layers_.empty() && block && block->hidden() == hidden_, "haltwise native: set_moe before add_layer");
+    block->check_complete();
+    layers_.back().moe = std::move(block);
   }
 
   // Bounds of everything forward() indexes with, checked before anything is written (always on: O(T x blocks)
@@ -223,13 +215,17 @@ class DecodeStack {
       residual(L, 1, proj, hp, T, m);
       m.rms_norm_rows(hp, hidden_, L.norms[sandwich_ ? 2 : 1].data_ptr<float>(), eps_, plus_one_, x.data_ptr<float>(),
                       hidden_, T, hidden_);
-      linear(L.linears[GATE_UP], bucket, x, gu);
-      float* gup = gu.data_ptr<float>();
-      float* midp = mid.data_ptr<float>();
-      parallel_chunks(0, T, 4, [&](int64_t r0, int64_t r1) {
-        m.gated_rows(gup + r0 * 2 * I_, r1 - r0, I_, (int)act_, midp + r0 * I_);
-      });
-      linear(L.linears[DOWN], bucket, mid, proj);
+      if (L.moe) {
+        L.moe->forward(x.data_ptr<float>(), T, bucket, proj.data_ptr<float>());
+      } else {
+        linear(L.linears[GATE_UP], bucket, x, gu);
+        float* gup = gu.data_ptr<float>();
+        float* midp = mid.data_ptr<float>();
+        parallel_chunks(0, T, 4, [&](int64_t r0, int64_t r1) {
+          m.gated_rows(gup + r0 * 2 * I_, r1 - r0, I_, (int)act_, midp + r0 * I_);
+        });
+        linear(L.linears[DOWN], bucket, mid, proj);
+      }
       residual(L, 3, proj, hp, T, m);
       beats_.fetch_add(1, std::memory_order_relaxed);
     }
@@ -242,15 +238,7 @@ class DecodeStack {
 
  private:
   void linear(const StackLinear& l, int64_t bucket, const torch::Tensor& x, torch::Tensor& y) const {
-    TORCH_CHECK(bucket >= 0 && bucket < (int64_t)l.native_bucket.size(), "haltwise native: bad bucket ", bucket);
-    TORCH_CHECK(l.native_bucket[bucket] ? !l.native.shards.empty() : l.dense.defined(),
-                "haltwise native: row bucket ", bucket, " has no weight in its format");
-    if (l.native_bucket[bucket]) {
-      run_linear(l.native, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
-    } else {
-      run_dense(l.dense.data_ptr<float>(), l.N, l.K, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
-    }
-    if (l.bias.defined()) add_bias(l.bias.data_ptr<float>(), y.data_ptr<float>(), x.size(0), l.N, y.stride(0));
+    run_stack_linear(l, bucket, table_, x.data_ptr<float>(), x.size(0), y.data_ptr<float>());
   }
 
   // h += out, where sandwich models norm the sub-layer output first (norm index 1 or 3).
@@ -278,6 +266,7 @@ void register_decode_stack(pybind11::module_& m) {
       .def("add_layer", &DecodeStack::add_layer)
       .def("set_linear", &DecodeStack::set_linear)
       .def("set_rotary_dim", &DecodeStack::set_rotary_dim)
+      .def("set_moe", &DecodeStack::set_moe)
       // forward reads only the tensors its caller holds alive: other Python threads (the event loop, the
       // watchdog) run meanwhile
       .def("forward", &DecodeStack::forward, pybind11::call_guard<pybind11::gil_scoped_release>())

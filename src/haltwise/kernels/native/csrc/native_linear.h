@@ -33,6 +33,25 @@ std::pair<int64_t, int64_t> block_shape(int64_t qtype);
 NativeLinear make_linear(const std::vector<torch::Tensor>& weights, const std::vector<int64_t>& qtypes,
                          const std::vector<int64_t>& rows, int64_t K, const KernelTable& table);
 
+// Activation rows quantized to q8 per 32 inputs (the row kernels' input), with the buffers they live in.
+struct Q8Rows {
+  std::vector<int8_t> q;
+  std::vector<float> d, s;
+  std::vector<int32_t> qsum128, qsum16x32;
+  int64_t M = 0, K = 0;
+  void resize(int64_t rows, int64_t inputs);    // K % 32 == 0
+  // Rows [m0, m1) of x (M, K), each from its own values only (so any split over threads gives the same bits).
+  void quantize(const KernelTable& table, const float* x, int64_t m0, int64_t m1);
+  void quantize_row(const KernelTable& table, const float* row, int64_t m);   // K values -> row m
+  ActQ8 rows(int64_t m0, int64_t n) const;     // rows [m0, m0 + n) as the kernels' input
+
+ private:
+  void sums(int64_t m0, int64_t m1);           // the exact block sums of rows [m0, m1)
+};
+
+// y[m * N + n] = W[n] . act[m] for output rows n in [b, e) of the linear, every row m of act.
+void linear_rows(const NativeLinear& linear, const ActQ8& act, float* y, int64_t b, int64_t e);
+
 // y (M, N) = x (M, K) @ W.T with x quantized to q8 per 32 inputs; threads over output rows.
 void run_linear(const NativeLinear& linear, const KernelTable& table, const float* x, int64_t M, float* y);
 
@@ -41,6 +60,7 @@ void run_linear(const NativeLinear& linear, const KernelTable& table, const floa
 void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y);
 
 void register_decode_stack(pybind11::module_& m);
+void register_moe_block(pybind11::module_& m);   // moe_block.cpp
 void register_repack(pybind11::module_& m);
 void register_test_hooks(pybind11::module_& m);   // test_hooks.cpp
 void register_spm_bpe(pybind11::module_& m);   // spm_bpe.cpp: a tokenizer encoder, not a kernel

@@ -146,37 +146,68 @@ NativeLinear make_linear(const std::vector<torch::Tensor>& weights, const std::v
   return linear;
 }
 
-void run_linear(const NativeLinear& linear, const KernelTable& table, const float* x, int64_t M, float* y) {
-  const int64_t K = linear.K, N = linear.N, nb = K / QK;
-  if (M == 0 || N == 0) return;
-  std::vector<int8_t> q(M * K);
-  std::vector<float> ds(2 * M * nb);
-  std::vector<int32_t> qsum128(M * nb), qsum16x32(2 * M * nb);
-  ActQ8 act{q.data(), ds.data(), ds.data() + M * nb, M, K, qsum128.data(), qsum16x32.data()};
-  parallel_chunks(0, M, 16, [&](int64_t m0, int64_t m1) {
-    table.quantize(x, K, q.data(), ds.data(), ds.data() + M * nb, m0, m1);
-    for (int64_t i = 2 * m0 * nb; i < 2 * m1 * nb; ++i) {     // halves of 16 inputs
-      int32_t t = 0;
-      for (int64_t k = 0; k < QK / 2; ++k) t += q[i * (QK / 2) + k];
-      qsum16x32[i] = 32 * t;
-    }
-    for (int64_t i = m0 * nb; i < m1 * nb; ++i) qsum128[i] = 4 * (qsum16x32[2 * i] + qsum16x32[2 * i + 1]);
-  });
-  // Chunks of at least kMinChunkWork multiply-adds and 16 rows.
-  // Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both
-  // ends the same way, so neighbouring tasks still partition the rows.
-  parallel_chunks(0, N, std::max<int64_t>(16, kMinChunkWork / (K * M)), [&](int64_t b, int64_t e) {
-    for (const Shard& s : linear.shards) {
-      int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
+void Q8Rows::resize(int64_t rows, int64_t inputs) {
+  M = rows;
+  K = inputs;
+  q.resize(M * K);
+  d.resize(M * (K / QK));
+  s.resize(M * (K / QK));
+  qsum128.resize(M * (K / QK));
+  qsum16x32.resize(2 * M * (K / QK));
+}
+
+void Q8Rows::quantize(const KernelTable& table, const float* x, int64_t m0, int64_t m1) {
+  table.quantize(x, K, q.data(), d.data(), s.data(), m0, m1);
+  sums(m0, m1);
+}
+
+void Q8Rows::quantize_row(const KernelTable& table, const float* row, int64_t m) {
+  const int64_t nb = K / QK;
+  table.quantize(row, K, q.data() + m * K, d.data() + m * nb, s.data() + m * nb, 0, 1);
+  sums(m, m + 1);
+}
+
+void Q8Rows::sums(int64_t m0, int64_t m1) {
+  const int64_t nb = K / QK;
+  for (int64_t i = 2 * m0 * nb; i < 2 * m1 * nb; ++i) {     // halves of 16 inputs
+    int32_t t = 0;
+    for (int64_t k = 0; k < QK / 2; ++k) t += q[i * (QK / 2) + k];
+    qsum16x32[i] = 32 * t;
+  }
+  for (int64_t i = m0 * nb; i < m1 * nb; ++i) qsum128[i] = 4 * (qsum16x32[2 * i] + qsum16x32[2 * i + 1]);
+}
+
+ActQ8 Q8Rows::rows(int64_t m0, int64_t n) const {
+  const int64_t nb = K / QK;
+  return ActQ8{q.data() + m0 * K, d.data() + m0 * nb, s.data() + m0 * nb, n, K, qsum128.data() + m0 * nb,
+               qsum16x32.data() + 2 * m0 * nb};
+}
+
+// Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both ends the
+// same way, so neighbouring tasks still partition the rows.
+void linear_rows(const NativeLinear& linear, const ActQ8& act, float* y, int64_t b, int64_t e) {
+  for (const Shard& s : linear.shards) {
+    int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
+    if (lo >= hi) continue;
+    if (s.x8) {
+      lo = round8(lo);
+      hi = std::min(round8(hi), s.n1 - s.n0);
       if (lo >= hi) continue;
-      if (s.x8) {
-        lo = round8(lo);
-        hi = std::min(round8(hi), s.n1 - s.n0);
-        if (lo >= hi) continue;
-      }
-      s.kernel(s.w, s.row_bytes, act, y + s.n0, N, lo, hi);
     }
-  });
+    s.kernel(s.w, s.row_bytes, act, y + s.n0, linear.N, lo, hi);
+  }
+}
+
+void run_linear(const NativeLinear& linear, const KernelTable& table, const float* x, int64_t M, float* y) {
+  const int64_t K = linear.K, N = linear.N;
+  if (M == 0 || N == 0) return;
+  Q8Rows acts;
+  acts.resize(M, K);
+  parallel_chunks(0, M, 16, [&](int64_t m0, int64_t m1) { acts.quantize(table, x, m0, m1); });
+  const ActQ8 act = acts.rows(0, M);
+  // Chunks of at least kMinChunkWork multiply-adds and 16 rows.
+  parallel_chunks(0, N, std::max<int64_t>(16, kMinChunkWork / (K * M)),
+                  [&](int64_t b, int64_t e) { linear_rows(linear, act, y, b, e); });
 }
 
 void run_dense(const float* w, int64_t N, int64_t K, const KernelTable& table, const float* x, int64_t M, float* y) {
@@ -260,6 +291,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("_pool_chunks_run", &haltwise_native::pool_debug_chunks_run, "test hook: chunks run by a thread index");
   m.def("_pool_use_torch", &haltwise_native::pool_debug_use_torch, "test hook: at::parallel_for instead of the pool");
   haltwise_native::register_decode_stack(m);
+  haltwise_native::register_moe_block(m);
   haltwise_native::register_repack(m);
   haltwise_native::register_test_hooks(m);
   haltwise_native::register_spm_bpe(m);

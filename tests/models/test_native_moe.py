@@ -1,0 +1,137 @@
+"""Mixture-of-experts layers in the native layer stack (models/native_decode.py, csrc/moe_block.cpp).
+
+The MoE block alone against models/moe.py's SparseMoE (the float32 reference), routed-only (qwen3moe, renormalised
+top-k) and with qwen2moe's sigmoid-gated shared expert, on every ISA path this CPU runs; a row's bits alone and
+inside batches of every size (other rows change which experts run, and on how many rows); then the whole stack
+on llama.cpp-converted tiny qwen3moe / qwen2moe models (tests/models/converted.py) against the Python layers,
+and every step of the default path batch invariant: a sequence's logits are the same bits alone, beside 1, 3 or
+7 others, and prefilled whole or in chunks.
+"""
+from dataclasses import replace
+
+import pytest
+import torch
+from gguf import GGMLQuantizationType as Q
+
+from haltwise.kernels.formats import get
+from haltwise.kernels.model_plan import plan_model
+from haltwise.kernels.native import build
+from haltwise.kernels.native.gguf_format import GGUFNative
+from haltwise.kernels.plan import BUCKETS, bucket_index
+from haltwise.models.loader import load_model
+from haltwise.models.native_decode import ACTIVATIONS, NativeDecode, moe_block
+from tests.models.converted import fixture
+from tests.models.paged_runner import PagedRunner
+from tests.models.test_moe import CONFIG, moe, planned_as_default
+from tests.models.test_native_decode import TOLERANCE, decode_logits
+
+pytestmark = pytest.mark.skipif(build.load() is None, reason=f"native kernels unavailable: {build.failure()}")
+SHARED = replace(CONFIG, architecture="qwen2moe", shared_expert_intermediate_size=64, norm_topk_prob=False)
+ROWS = (1, 2, 3, 5, 8, 13, 33, 40)
+
+
+@pytest.fixture(autouse=True)
+def no_caches(monkeypatch):
+    monkeypatch.setenv("HALTWISE_WEIGHT_CACHE", "0")
+    monkeypatch.setenv("HALTWISE_PLAN_CACHE", "0")
+
+
+def native_block(layer, isa="auto"):
+    return moe_block(build.load(), layer, ACTIVATIONS[layer.experts[0].hidden_act], isa)
+
+
+@pytest.mark.parametrize("config", [CONFIG, SHARED, replace(CONFIG, norm_topk_prob=False)],
+                         ids=["qwen3moe", "qwen2moe-shared", "unnormalised"])
+def test_moe_block_equals_the_python_layer(config):
+    layer = planned_as_default(moe(config, seed=3))
+    x = torch.randn(40, config.hidden_size, generator=torch.Generator().manual_seed(1))
+    reference = layer(x)
+    for isa in build.load().isas():
+        ours = native_block(layer, isa).run(x, bucket_index(40))
+        # the same experts' linears (float32-native); the router's dot order and SiLU's exp differ in last bits
+        err = ((ours - reference).abs().max() / reference.abs().max()).item()
+        assert err < 1e-5, f"{isa}: relative error {err:.2e}"
+
+
+@pytest.mark.parametrize("config", [CONFIG, SHARED], ids=["qwen3moe", "qwen2moe-shared"])
+def test_a_row_is_the_same_bits_alone_and_in_any_batch(config):
+    layer = planned_as_default(moe(config, seed=4))
+    x = torch.randn(max(ROWS), config.hidden_size, generator=torch.Generator().manual_seed(2))
+    for isa in build.load().isas():
+        block = native_block(layer, isa)
+        together = block.run(x, bucket_index(len(x)))
+        for rows in ROWS:
+            for start in (0, 7):
+                part = x[start:start + rows]
+                got = block.run(part, bucket_index(part.shape[0]))
+                assert torch.equal(got, together[start:start + part.shape[0]]), f"{isa}: {rows} rows from {start}"
+        assert torch.equal(block.run(x.flip(0), bucket_index(len(x))), together.flip(0)), isa
+
+
+def planned_fixture(arch, quant):
+    path = fixture(arch).gguf("q8_0" if quant else "f32")
+    model = load_model(path).model
+    # qwen2moe's shared expert (width 48) has no Q8_0 kernel shape: it falls back to float32
+    plan_model(model, path, formats=[GGUFNative(), get("float32")] if quant else [get("float32")], use_cache=False)
+    return model
+
+
+@pytest.mark.parametrize("quant", [False, True], ids=["f32", "q8_0"])
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen2moe"])
+def test_native_stack_equals_python_moe_layers(arch, quant):
+    model = planned_fixture(arch, quant)
+    for isa in build.load().isas():
+        stack, why = NativeDecode.build(model.model, isa)
+        assert stack is not None, why
+        assert all(stack.bucket_ok)
+        ours, reference = decode_logits(model, stack), decode_logits(model, None)
+        for step, (a, b) in enumerate(zip(ours, reference)):
+            err = ((a - b).abs().max() / b.abs().max()).item()
+            assert err < TOLERANCE[Q.Q8_0 if quant else None], f"{isa} step {step}: relative error {err:.2e}"
+
+
+OTHERS = [[(11 * i + 7 * j) % 300 + 4 for j in range(5 + 3 * i)] for i in range(1, 8)]
+TARGET = [(5 * j + 3) % 300 + 4 for j in range(17)]
+
+
+def target_logits(model, others: int, chunk: int | None) -> list[torch.Tensor]:
+    """Logits of TARGET's last prompt row and 6 greedy decodes, with `others` sequences in every step
+    (their prompts prefilled in the target's first step, then decoding beside it); chunk: the target's
+    prompt prefilled in chunks of this many rows (None: whole)."""
+    seqs = list(range(others + 1))
+    prompts = [TARGET] + OTHERS[:others]
+    runner = PagedRunner(model, len(seqs), 64, block_size=4)
+    pieces = [TARGET[i:i + chunk] for i in range(0, len(TARGET), chunk)] if chunk else [TARGET]
+    done, tokens = 0, []
+    for n, piece in enumerate(pieces):
+        if n == 0 and others:
+            logits = runner.step(seqs, [piece, *prompts[1:]], [0] * len(seqs))
+            tokens = [int(row.argmax()) for row in logits]
+        else:
+            logits = runner.step([0], [piece], [done])
+        done += len(piece)
+    out, lens = [logits[0]], [len(p) for p in prompts]
+    tokens = [int(logits[0].argmax()), *tokens[1:]]
+    for _ in range(6):
+        logits = runner.step(seqs, [[t] for t in tokens], lens)
+        lens = [n + 1 for n in lens]
+        tokens = [int(row.argmax()) for row in logits]
+        out.append(logits[0])
+    return out
+
+
+@pytest.mark.parametrize("arch", ["qwen3moe", "qwen2moe"])
+def test_default_path_steps_are_batch_invariant(arch):
+    """The plan of the default path (one batch-invariant format per linear), the stack on every step."""
+    path = fixture(arch).gguf("q8_0")
+    model = load_model(path).model
+    plan_model(model, path, batch_invariant=True, use_cache=False)
+    stack, why = NativeDecode.build(model.model, every_step=True, head=model.lm_head)
+    assert stack is not None and stack.every_step, why
+    model.model.native_decode = stack
+    alone = target_logits(model, 0, None)
+    for others, chunk in ((1, None), (3, 5), (7, None), (0, 4), (0, 1)):
+        got = target_logits(model, others, chunk)
+        for step, (a, b) in enumerate(zip(got, alone)):
+            assert torch.equal(a, b), f"beside {others}, chunks of {chunk}: step {step} differs"
+    assert model.model.layers_run == 0 and stack.stack.beats > 0     # every step ran in the stack
