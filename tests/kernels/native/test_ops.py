@@ -4,7 +4,9 @@ Two bounds per case, for every ISA path this CPU can run (the portable path alwa
 CPU reports avx2+fma+f16c, AVX-VNNI and AVX512-VNNI where it reports their flags too; each skipped with
 that reason elsewhere):
   * kernel logic: against x quantized to q8 exactly as the kernel does, then multiplied in float64,
-    the result agrees to 1e-5 of max|y| (only float summation order differs);
+    the result agrees to 1e-5 of the largest sum of |products| (only float summation order differs, and
+    its error grows with the terms, not with a result that may cancel: max|y| failed a Q5_0 case at
+    1.15e-5);
   * the q8 activation error: against float32 x, every output within the analytic bound
     sum_k |w_k| * step_k / 2 (step = the block's max|x| / 127; rounding moves an input by at most half a
     step), and, on the models' real widths, within TOLERANCE of max|y| (a relative bound is meaningless
@@ -46,8 +48,10 @@ def _check(qtype: Q, rows: int, blocks: int, m: int, isa: str, seed: int, relati
     x = rng.standard_normal((m, cols)).astype(np.float32)
     y = native.gemm([torch.from_numpy(data)], [int(qtype)], [rows], torch.from_numpy(x), isa).numpy()
     assert y.shape == (m, rows)
-    exact_ref = quantize_q8(x).astype(np.float64) @ w.T.astype(np.float64)
-    assert _relative(y, exact_ref) < 1e-5
+    xq = quantize_q8(x).astype(np.float64)
+    exact_ref = xq @ w.T.astype(np.float64)
+    magnitude = (np.abs(xq) @ np.abs(w.astype(np.float64)).T).max()      # float32 sums err relative to it
+    assert np.abs(y - exact_ref).max() <= 1e-5 * max(magnitude, 1e-30)
     ref = x.astype(np.float64) @ w.T.astype(np.float64)
     step = np.repeat(np.abs(x).reshape(m, -1, 32).max(-1) / 127.0, 32, axis=1)           # (m, cols)
     bound = (step / 2) @ np.abs(w.astype(np.float64)).T                                   # (m, rows)
