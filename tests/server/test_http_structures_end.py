@@ -144,3 +144,81 @@ def test_the_switch_turns_tool_loop_detection_off(qwen) -> None:
     off = _round_trip(oai, repetition_detection={"tool_loops": False})
     if on.model_extra["termination"]["reason"] == "tool_loop":
         assert off.model_extra["termination"]["reason"] != "tool_loop"
+
+
+# ---- a loop inside a run of tool calls (toolcalls/call_ends.py) ------------------------------------------
+CITIES = [{"role": "user", "content": "What is the weather in Paris, London, Berlin, Madrid and Rome?"}]
+EAGER = {"near_loop_ngram": 2, "near_loop_window": 24}   # fires once a call's syntax repeats the first one's
+PARAMS = WEATHER["function"]["parameters"]
+
+
+def _sse(url: str, body: dict) -> list[dict]:
+    with httpx.stream("POST", url, json={**body, "stream": True}, timeout=600) as r:
+        return [json.loads(line[6:]) for line in r.iter_lines() if line.startswith("data: ") and line != "data: [DONE]"]
+
+
+def _chat(url: str, stream: bool) -> tuple[str, list, dict]:
+    body = {"model": "m", "messages": CITIES, "tools": [WEATHER], "tool_choice": "required", "temperature": 0,
+            "max_tokens": MAX, "repetition_detection": EAGER}
+    if not stream:
+        c = httpx.post(url + "/v1/chat/completions", json=body, timeout=600).json()["choices"][0]
+        return c["finish_reason"], [(t["function"]["name"], t["function"]["arguments"])
+                                    for t in c["message"]["tool_calls"] or []], c["termination"]
+    calls: dict[int, list[str]] = {}
+    finish, term = None, None
+    for chunk in _sse(url + "/v1/chat/completions", body):
+        for c in chunk["choices"]:
+            for tc in c["delta"].get("tool_calls") or []:
+                calls.setdefault(tc["index"], ["", ""])
+                calls[tc["index"]][0] += tc["function"].get("name") or ""
+                calls[tc["index"]][1] += tc["function"].get("arguments") or ""
+            finish, term = c.get("finish_reason") or finish, c.get("termination") or term
+    return finish, [tuple(calls[i]) for i in sorted(calls)], term
+
+
+def _responses(url: str, stream: bool) -> tuple[str, list, dict]:
+    body = {"model": "m", "input": CITIES[0]["content"], "tool_choice": "required", "temperature": 0,
+            "max_output_tokens": MAX, "repetition_detection": EAGER,
+            "tools": [{"type": "function", "name": "get_weather", "parameters": PARAMS}]}
+    r = httpx.post(url + "/v1/responses", json=body, timeout=600).json() if not stream else \
+        [e for e in _sse(url + "/v1/responses", body) if e["type"] == "response.completed"][0]["response"]
+    return r["status"], [(o["name"], o["arguments"]) for o in r["output"] if o["type"] == "function_call"], \
+        r["termination"]
+
+
+def _messages(url: str, stream: bool) -> tuple[str, list, dict]:
+    body = {"model": "m", "messages": CITIES, "max_tokens": MAX, "temperature": 0, "repetition_detection": EAGER,
+            "tool_choice": {"type": "any"}, "tools": [{"name": "get_weather", "input_schema": PARAMS}]}
+    headers = {"anthropic-version": "2023-06-01"}
+    if not stream:
+        r = httpx.post(url + "/v1/messages", json=body, headers=headers, timeout=600).json()
+        return r["stop_reason"], [(b["name"], json.dumps(b["input"])) for b in r["content"]
+                                  if b["type"] == "tool_use"], r["termination"]
+    blocks: dict[int, list[str]] = {}
+    stop, term = None, None
+    with httpx.stream("POST", url + "/v1/messages", json={**body, "stream": True}, headers=headers,
+                      timeout=600) as resp:
+        for line in resp.iter_lines():
+            e = json.loads(line[6:]) if line.startswith("data: ") else {}
+            if e.get("type") == "content_block_start" and e["content_block"]["type"] == "tool_use":
+                blocks[e["index"]] = [e["content_block"]["name"], ""]
+            elif e.get("type") == "content_block_delta" and e["delta"]["type"] == "input_json_delta":
+                blocks[e["index"]][1] += e["delta"]["partial_json"]
+            elif e.get("type") == "message_delta":
+                stop, term = e["delta"]["stop_reason"], e.get("termination") or e["delta"].get("termination")
+    return stop, [(n, json.dumps(json.loads(a))) for n, a in (blocks[i] for i in sorted(blocks))], term
+
+
+@pytest.mark.parametrize("surface,done", [(_chat, "tool_calls"), (_responses, "completed"), (_messages, "tool_use")],
+                         ids=["chat", "responses", "messages"])
+def test_a_loop_inside_a_run_of_calls_keeps_the_complete_calls(qwen, surface, done) -> None:
+    """The detector fires in a later call: the answer is the complete calls before it, finished as calls (not a
+    fabricated, force-closed call that says "length"); streamed equals non-streamed."""
+    _, url = qwen
+    word, calls, term = surface(url, stream=False)
+    assert term["reason"] == "tool_loop" and "inside a run of tool calls" in term["detail"], term
+    assert word == done and calls, (word, calls)
+    for name, arguments in calls:
+        assert name == "get_weather"
+        jsonschema.validate(json.loads(arguments), PARAMS)
+    assert surface(url, stream=True) == (word, calls, term)

@@ -10,6 +10,7 @@ then closes the structure there (structured/closing.py). Without a grammar the r
 """
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable
 
@@ -39,6 +40,20 @@ class LoopStops:
         """The answer token's text is taken in: `fed` characters so far."""
         if self.cuts_where_it_began:
             self._answer_ends.append(fed)
+
+    @property
+    def num_answer_tokens(self) -> int:
+        """Answer tokens taken in (counted when cuts_where_it_began)."""
+        return len(self._answer_ends)
+
+    def answer_tokens_through(self, offset: int) -> int | None:
+        """How many answer tokens end exactly at character `offset` (a token boundary), or None if none does
+        (or the ends are not recorded: no grammar)."""
+        ends = self._answer_ends
+        k = bisect.bisect_left(ends, offset)
+        if offset == 0:
+            return 0 if self.cuts_where_it_began else None
+        return k + 1 if k < len(ends) and ends[k] == offset else None
 
     def held(self, fed: int) -> int:
         """Characters at the end of the text that may still be a loop's repeats (0 without a grammar)."""

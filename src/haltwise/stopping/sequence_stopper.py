@@ -64,6 +64,9 @@ class SequenceStopper:
         self._watchers += preset_watchers(params, markers)
         rd = params.repetition_detection
         self._loops = LoopStops(rd, params.structured_outputs is not None) if rd.enabled else None
+        self._call_ends = params.tool_calls.call_ends() if params.tool_calls is not None and rd.enabled else None
+        if self._call_ends is not None:
+            self._watchers.append(self._call_ends)
 
         self._num_tokens = 0            # output tokens seen by on_token
         self._fed = 0                   # characters of output text taken in
@@ -198,9 +201,21 @@ class SequenceStopper:
             return None
         term = self._loops.termination(n, period, near, self._fed,
                                        lambda: "".join(self._released_parts + self._unreleased))
+        after_calls = self._cut_after_calls(term, n) if term is not None and self._call_ends is not None else None
+        if after_calls is not None:
+            return after_calls
         if term is not None and period is not None and self._loops.cuts_where_it_began:   # cut where it began
             self._cut, self._kept = term.char_offset, term.token_index + 1
         return term
+
+    def _cut_after_calls(self, loop: Termination, n: int) -> Termination | None:
+        """A loop after complete tool calls: cut where the last one ends (toolcalls/call_ends.py)."""
+        assert self._loops is not None and self._call_ends is not None
+        found = self._call_ends.cut(loop.char_offset, self._released, self._loops.answer_tokens_through)
+        if found is None:
+            return None
+        self._cut, self._kept = found[0], n - (self._loops.num_answer_tokens - found[1])
+        return self._call_ends.termination(loop, found[0], self._kept - 1)
 
     # ---- text out --------------------------------------------------------------------------
     def _pending(self) -> int:

@@ -24,6 +24,7 @@ import jsonschema
 
 from haltwise.stopping.structure_contract import mark_incomplete
 from haltwise.stopping.termination import Reason, Termination
+from haltwise.toolcalls.call_ends import CallEnds
 from haltwise.toolcalls.formats.registry import get_format
 from haltwise.toolcalls.loop_watch import ToolLoopWatch
 from haltwise.toolcalls.parser import ParseResult, ToolCallParser, parse
@@ -41,6 +42,9 @@ class ToolCallConstraint:
 
     def loop_watch(self) -> ToolLoopWatch:
         return ToolLoopWatch(get_format(self.format_name), self.answered)
+
+    def call_ends(self) -> CallEnds:
+        return CallEnds(get_format(self.format_name))
 
     def marker_texts(self) -> tuple[str, ...]:
         """Texts the answer must show even where they are special tokens (formats/base.py)."""
