@@ -31,7 +31,7 @@ def test_candidates_are_each_complete_calls_body_and_section_end() -> None:
     ends.feed(text)
     first, second = len(call("Paris")), len(call("Paris")) + 1 + len(call("Rome"))
     body = len("\n</tool_call>")
-    assert ends.candidates() == [first - body, first, second - body, second]
+    assert ends.candidates() == [(first - body, False), (first, True), (second - body, False), (second, True)]
     assert ends.pending() == len(text) - (second - body)      # the open call (and the section end) held back
 
 
@@ -47,7 +47,7 @@ def test_a_separator_format_cuts_after_a_body_inside_the_section() -> None:
     ends = CallEnds(MISTRAL)
     body = '{"name": "get_weather", "arguments": {"city": "Paris"}}'
     ends.feed("[TOOL_CALLS][" + body + ', {"name": "get_we')
-    assert ends.candidates() == [len("[TOOL_CALLS][" + body)]
+    assert ends.candidates() == [(len("[TOOL_CALLS][" + body), False)]
 
 
 def test_pieces_of_any_size_give_the_same_candidates() -> None:
@@ -106,6 +106,17 @@ def test_a_near_loop_after_one_complete_call_keeps_it() -> None:
     assert term.reason is Reason.TOOL_LOOP and "near-loop detector" in term.detail, term
     assert text == call("Paris") and streamed == text
     assert stop.num_output_tokens_kept == len(call_tokens(["Paris"])) - 1     # the cut's "\n" is dropped
+    assert CONSTRAINT.settle(term, text).finish_reason == "tool_calls"
+
+
+def test_bare_bodies_are_cut_inside_the_token_that_ends_one() -> None:
+    """Qwen2.5-Coder-0.5B's own shape (the agents case): bare `{"name": ...}` bodies, `"}}\n` one token."""
+    bare = [['{"name": "', "get_weather", '", "arguments": {"city": "', c, '"}}\n'] for c in ("Paris", "London")]
+    tokens = [t for b in bare for t in b] + ['{"name": "', "get_weather", '", "arguments": {"city": "'] + ["la"] * 40
+    term, streamed, text, stop = run(tokens, RepetitionDetection(near_loops=False))
+    assert term.reason is Reason.TOOL_LOOP and "2 kept" in term.detail, term
+    assert text == HEAD + 'Paris"}}\n' + HEAD + 'London"}}' and streamed == text
+    assert stop.num_output_tokens_kept == 10                 # the token "}}\n" counts; its "\n" is cut
     assert CONSTRAINT.settle(term, text).finish_reason == "tool_calls"
 
 

@@ -46,14 +46,16 @@ class LoopStops:
         """Answer tokens taken in (counted when cuts_where_it_began)."""
         return len(self._answer_ends)
 
-    def answer_tokens_through(self, offset: int) -> int | None:
-        """How many answer tokens end exactly at character `offset` (a token boundary), or None if none does
-        (or the ends are not recorded: no grammar)."""
+    def answer_tokens_through(self, offset: int) -> tuple[int, bool]:
+        """(answer tokens through the one holding character offset - 1, whether one ends exactly at offset).
+        Only when cuts_where_it_began (the ends are recorded under a grammar); else (0, False)."""
+        if not self.cuts_where_it_began:
+            return 0, False
         ends = self._answer_ends
         k = bisect.bisect_left(ends, offset)
         if offset == 0:
-            return 0 if self.cuts_where_it_began else None
-        return k + 1 if k < len(ends) and ends[k] == offset else None
+            return 0, True
+        return k + 1, k < len(ends) and ends[k] == offset
 
     def held(self, fed: int) -> int:
         """Characters at the end of the text that may still be a loop's repeats (0 without a grammar)."""

@@ -64,7 +64,8 @@ class SequenceStopper:
         self._watchers += preset_watchers(params, markers)
         rd = params.repetition_detection
         self._loops = LoopStops(rd, params.structured_outputs is not None) if rd.enabled else None
-        self._call_ends = params.tool_calls.call_ends() if params.tool_calls is not None and rd.enabled else None
+        self._call_ends = (params.tool_calls.call_ends() if params.tool_calls is not None and self._loops is not None
+                           and self._loops.cuts_where_it_began else None)   # a loop after tool calls: call_ends.py
         if self._call_ends is not None:
             self._watchers.append(self._call_ends)
 

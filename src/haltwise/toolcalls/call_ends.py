@@ -8,7 +8,9 @@ the cut never retracts streamed text:
     text:  <tool_call>\\n{...Paris...}\\n</tool_call>\\n<tool_call>\\n{...London...}\\n</tool_call>\\n<tool_call>\\n{"na
                                    ^ end  ^ section_end                  ^ end    ^ section_end  [ held back ...
     candidates (ascending): each complete call's end (the body's "}") and its section's end (after the
-    suffix), for the calls made since the last content: text between calls is only call syntax.
+    suffix), for the calls made since the last content: text between calls is only call syntax. A cut may
+    fall inside a token (Qwen writes `"}}\n` as one token after a bare `{"name": ...}` body), as a stop
+    string's may: the text ends at the cut, the token counts.
 
 Content (non-blank text outside calls) after a call clears the candidates: a cut there would drop the
 model's words. With no candidate the loop ends the request as it does anywhere else. The text is fed to its
@@ -48,24 +50,29 @@ class CallEnds:
         done = self._complete()
         return self._fed - done[-1].end if done else 0
 
-    def candidates(self) -> list[int]:
-        """The offsets at which the text may be cut after a complete call, ascending (module docstring)."""
-        out: list[int] = []
+    def candidates(self) -> list[tuple[int, bool]]:
+        """(offset, the section is closed there) for each place the text may be cut after a complete call,
+        ascending (module docstring)."""
+        out: list[tuple[int, bool]] = []
         for call in self._complete():
-            out += [call.end, call.section_end] if call.section_end > call.end else [call.end]
+            out.append((call.end, call.section_end == call.end))
+            if call.section_end > call.end:
+                out.append((call.section_end, True))
         return out
 
-    def cut(self, limit: int, released: int, boundary: Callable[[int], int | None]) -> tuple[int, int] | None:
-        """The last candidate at or before `limit` (the loop's own cut) that is a token boundary and not before
-        the text already released: (offset, answer tokens kept). boundary(offset): the answer tokens that end
-        exactly there, or None. None: no such place (the loop ends the request as anywhere else)."""
-        for offset in reversed(self.candidates()):
+    def cut(self, limit: int, released: int, tokens: Callable[[int], tuple[int, bool]]) -> tuple[int, int] | None:
+        """The last candidate at or before `limit` (the loop's own cut) and not before the text already
+        released: (offset, answer tokens kept). tokens(offset): (the answer tokens through the one that holds
+        the character before offset, whether one ends exactly there). A cut inside a token is taken only where
+        the section is closed: an open one is closed through the grammar, which needs a token boundary.
+        None: no such place (the loop ends the request as anywhere else)."""
+        for offset, closed in reversed(self.candidates()):
             if offset > limit:
                 continue
             if offset < released:
                 return None
-            kept = boundary(offset)
-            if kept is not None:
+            kept, exact = tokens(offset)
+            if exact or closed:
                 return offset, kept
         return None
 
