@@ -43,6 +43,25 @@ def records(rows, width, seed):
     return np.random.default_rng(seed).integers(0, 256, (rows, width), dtype=np.uint8)
 
 
+def test_records_read_are_the_process_own_memory_not_the_file(tmp_path, any_size):
+    """A later start copies the file (record_cache._anonymous_copy): the file rewritten or truncated under
+    a running server changes none of its records and cannot fault a read (a map of the file would show
+    the new bytes, and a truncated one would raise SIGBUS)."""
+    gguf = gguf_file(tmp_path)
+    first = RecordCache.for_model(gguf)
+    a = records(64, 4096, 3)
+    first.put("layers.0.qkv#0", "Q8_0:8x34", a, 1008)
+    saved(first)
+    second = RecordCache.for_model(gguf)
+    got, _ = second.get("layers.0.qkv#0", "Q8_0:8x34")
+    size = second.path.stat().st_size
+    with open(second.path, "r+b") as f:
+        f.write(b"\0" * size)
+    assert np.array_equal(got, a)
+    os.truncate(second.path, 0)
+    assert np.array_equal(got, a)
+
+
 def test_entries_come_back_byte_for_byte_for_the_same_source_only(tmp_path, any_size):
     gguf = gguf_file(tmp_path)
     first = RecordCache.for_model(gguf)

@@ -3,9 +3,9 @@
 Every GGUF linear that runs natively is regrouped 8 rows at a time (native/repack.py) when it is
 prepared: Qwen2.5-Coder-0.5B's 485 MB of blocks cost ~1.2 s of CPU on the start's two cores, beside the
 imports and the tokenizer, plus the first touch of 485 MB of fresh memory. The first start writes the
-records its plan runs to one file per model; later starts map the file (copy-on-write, never written)
-and hand slices of it to the kernels: no copy, no regrouping, and the pages are the page cache's (shared
-by every server that maps the file, dropped by the kernel under pressure and read back).
+records its plan runs to one file per model; later starts read the file into anonymous memory (huge
+pages where offered: the kernels stream it faster than a map of the page cache, _anonymous_copy) and hand
+slices of it to the kernels: no regrouping.
 
     $HALTWISE_CACHE_DIR/records/<gguf stem>-<file id>-<key>.x8
       = MAGIC | u64 header length | header JSON | zero padding to a page | entry data, each page-aligned
@@ -105,15 +105,15 @@ def _root() -> Path:
 
 
 def _read(path: Path) -> dict[str, tuple[str, int, np.ndarray]]:
-    """The entries of a cache file as views of its map; {} (logged) for a file not to be used. The map is
-    copy-on-write so the views are writable numpy arrays as torch wants them; nothing writes to them."""
+    """The entries of a cache file as views of one anonymous copy of it (_anonymous_copy); {} (logged) for a
+    file not to be used. The views are writable numpy arrays as torch wants them; nothing writes to them."""
     why = first_distrust(path.parent, path)
     if why is not None:
         log.warning("not using regrouped weight records %s: %s", path, why)
         return {}
     try:
         with open(path, "rb") as f:
-            data = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_COPY)   # never written: page cache pages
+            data = _anonymous_copy(f)
         if data[:len(MAGIC)] != MAGIC:
             raise ValueError("not a record file")
         (length,) = _LENGTH.unpack_from(data, len(MAGIC))
@@ -130,6 +130,31 @@ def _read(path: Path) -> dict[str, tuple[str, int, np.ndarray]]:
     except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
         log.warning("ignoring regrouped weight records %s: %s", path, e)
         return {}
+
+
+def _anonymous_copy(f) -> mmap.mmap:
+    """The whole file read into private anonymous memory, asked for transparent huge pages where the
+    kernel offers them (HALTWISE_RECORD_HUGE=0: not asked). Not the file's own pages: a decode step streams
+    every record once, and on the 1.5B a greedy decode ran 15.5 tok/s from a map of the page cache, 17.7
+    from anonymous 4K pages, 19.4 from huge pages (medians of 6, alternating: docs/benchmarks.md). The cost:
+    a later start reads the file (~1 GB: 0.3-0.5 s, plus 1-2.5 s where the kernel must compact memory for
+    huge pages), and servers no longer share the file's page-cache pages."""
+    size = os.fstat(f.fileno()).st_size
+    data = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    if hasattr(mmap, "MADV_HUGEPAGE") and os.environ.get("HALTWISE_RECORD_HUGE", "1") != "0":
+        try:
+            data.madvise(mmap.MADV_HUGEPAGE)
+        except OSError:                         # a kernel without THP: 4K pages, still anonymous
+            pass
+    view = memoryview(data)
+    done = 0
+    while done < size:
+        n = f.readinto(view[done:])
+        if not n:
+            raise ValueError("the file ended early")
+        done += n
+    view.release()
+    return data
 
 
 def _write(path: Path, entries: dict[str, tuple[str, int, np.ndarray]]) -> None:

@@ -43,6 +43,13 @@ def dequantized(cache: torch.Tensor, order: torch.Tensor, kvh: int, n: int, D: i
     return rows.float()
 
 
+def int8_queries(q: torch.Tensor) -> torch.Tensor:
+    """Query vectors as int8 scores see them (decode_math.inc quantize_query): each quantized as a K row is
+    (scale max|q| / 127, q / scale rounded to nearest even), then scaled back."""
+    scale = q.abs().amax(dim=1, keepdim=True) / 127
+    return torch.where(scale > 0, torch.round(q / scale), torch.zeros_like(q)) * scale
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(["float32", "bfloat16", "int8"]), st.sampled_from([1, 3, 4, 7, 8, 9, 16]),
        st.sampled_from([8, 64, 72, 256]), st.integers(1, 70), st.integers(0, 69), st.integers(0, 2**16))
@@ -62,7 +69,8 @@ def test_every_path_has_the_portable_bits(fmt, G, D, n, start, seed):
         out = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, isa)
         assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
     keys, values = (dequantized(c, order, kvh, n, D)[start:] for c in (k, v))
-    exact = torch.softmax(q.double() @ keys.double().T * D ** -0.5, dim=-1) @ values.double()
+    queries = int8_queries(q) if fmt == "int8" else q
+    exact = torch.softmax(queries.double() @ keys.double().T * D ** -0.5, dim=-1) @ values.double()
     assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=1e-5)
 
 
@@ -131,3 +139,19 @@ def test_rows_across_position_blocks(fmt, window):
             single = torch.stack([native._attend(q[i], k, v, order, 1, starts[i], lens[i], 0.125, isa)
                                   for i in range(len(lens))])
             assert torch.equal(single.view(torch.int32), reference.view(torch.int32)), (isa, lens)
+
+
+@pytest.mark.parametrize("bad", [float("inf"), float("nan")])
+def test_a_non_finite_int8_query_gives_nan_for_its_head_alone(bad):
+    """An int8-scored query holding inf or NaN: that head's output is NaN (as a float dot product's would
+    be), the other heads' are finite, with the same bits on every path."""
+    D, n, order = 64, 40, torch.arange(12)
+    k = paged(torch.randn(n, D) * 3, "int8", order, 0, 1)
+    v = paged(torch.randn(n, D), "int8", order, 0, 1)
+    q = torch.randn(3, D)
+    q[1, 5] = bad
+    reference = native._attend(q, k, v, order, 0, 0, n, D ** -0.5, "scalar")
+    assert reference[1].isnan().all() and reference[[0, 2]].isfinite().all()
+    for isa in native.isas():
+        out = native._attend(q, k, v, order, 0, 0, n, D ** -0.5, isa)
+        assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa

@@ -153,7 +153,7 @@ class DecodeStack {
     for (const auto* list : {&tiles, &window_tiles})
       for (const RowTile& tile : *list) tile_rows = std::max(tile_rows, tile.rows);
     // attend_rows' scratch (decode_math.inc)
-    const int64_t per_thread = (tile_rows * G + 1) * std::max<int64_t>(longest, 1) + kAttendExtraScratch + D_;
+    const int64_t per_thread = attend_scratch_floats(tile_rows * G, std::max<int64_t>(longest, 1), D_);
     std::vector<float> scratch(pool_threads() * per_thread);
     std::vector<int64_t> starts(T);
     const int kv_format = k_caches.empty() ? (int)KV_F32 : format_of(k_caches[0]);

@@ -4,7 +4,7 @@
 // test_attention.py compares every path with the scalar one). Compiled for that ISA alone (the pragma
 // below); the avx512vnni table (x8_records.inc) uses it where the CPU reports avx512f and avx512vl.
 #if defined(__x86_64__)
-#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl")
+#pragma GCC target("avx2,fma,f16c,avx512f,avx512vl,avx512vnni")
 #include <immintrin.h>
 
 #include <algorithm>

@@ -69,10 +69,20 @@ inline int64_t kv_row_bytes(int format, int64_t D) {
 
 // Positions attention takes at a time on a vector path: their K/V rows and weights stay in L1/L2 while
 // every group of query vectors (scores) and every 8 values of D (values) go over them. Attention's
-// scratch holds (query vectors + 1) x positions + kAttendExtraScratch + D floats: scores, V row scales,
-// then a block of one group's weights (8 x kPositionBlock), or the scalar path's dequantized row.
+// scratch (attend_scratch_floats) holds (query vectors + 1) x positions + kAttendExtraScratch floats:
+// scores, V row scales, then a block of one group's weights (8 x kPositionBlock); then each vector's int8
+// query (KV_Q8 scores: q8_query_floats each), a block of V rows as float32 (kPositionBlock x D), and D
+// floats, the scalar path's dequantized row.
 constexpr int64_t kPositionBlock = 128;
 constexpr int64_t kAttendExtraScratch = 8 * kPositionBlock;
+
+// One int8 query vector (decode_math.inc quantize_query_into): its scale and sum (2 floats), then its D
+// values and their magnitudes, each zero padded to q8_padded(D) bytes (the vector paths read whole pieces).
+constexpr int64_t q8_padded(int64_t D) { return (D + 63) / 64 * 64; }
+constexpr int64_t q8_query_floats(int64_t D) { return 2 + q8_padded(D) / 2; }
+constexpr int64_t attend_scratch_floats(int64_t vectors, int64_t positions, int64_t D) {
+  return (vectors + 1) * positions + kAttendExtraScratch + vectors * q8_query_floats(D) + kPositionBlock * D + D;
+}
 
 // The decode step's float32 math (decode_math.inc documents each).
 struct MathKernels {

@@ -50,7 +50,7 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const
   const torch::Tensor qc = q.contiguous(), kc = k_cache.contiguous(), vc = v_cache.contiguous();
   const torch::Tensor bc = blocks.contiguous();
   torch::Tensor out = torch::empty({G, D}, q.options());
-  std::vector<float> scratch((G + 1) * (len - start) + kAttendExtraScratch + D);
+  std::vector<float> scratch(attend_scratch_floats(G, len - start, D));
   table_for(isa).math.attend_rows(qc.data_ptr<float>(), G * D, 1, G, kc.data_ptr(), vc.data_ptr(), format,
                                   bc.data_ptr<int64_t>(), block_size, KVH, kvh, D, &start, &len, (float)scale,
                                   out.data_ptr<float>(), G * D, scratch.data());
@@ -78,7 +78,7 @@ torch::Tensor attend_rows(const torch::Tensor& q, const torch::Tensor& k_cache, 
   const torch::Tensor bc = blocks.contiguous();
   const int format = checked_attend_format(q[0], k_cache, v_cache, blocks, kvh, lo, hi);
   torch::Tensor out = torch::empty({rows, G, D}, q.options());
-  std::vector<float> scratch((rows * G + 1) * (hi - lo) + kAttendExtraScratch + D);
+  std::vector<float> scratch(attend_scratch_floats(rows * G, hi - lo, D));
   table_for(isa).math.attend_rows(qc.data_ptr<float>(), G * D, rows, G, kc.data_ptr(), vc.data_ptr(), format,
                                   bc.data_ptr<int64_t>(), kc.size(1), kc.size(2), kvh, D, s.data_ptr<int64_t>(),
                                   l.data_ptr<int64_t>(), (float)scale, out.data_ptr<float>(), G * D, scratch.data());
