@@ -50,6 +50,24 @@ def int8_queries(q: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, torch.round(q / scale), torch.zeros_like(q)) * scale
 
 
+def int8_attention(q: torch.Tensor, keys: torch.Tensor, v_cache: torch.Tensor, order: torch.Tensor, kvh: int,
+                   n: int, start: int, scale: float, block: int = 128) -> torch.Tensor:
+    """Attention against an int8 KV cache as decode_math.inc defines it, in float64: int8 queries; for each
+    128 positions of the sequence (counted from position 0), the weights times the V rows' scales rounded
+    to int16 steps of their largest / 32767, times the V rows' integers (attend_query_q8.inc)."""
+    rows = torch.stack([v_cache[order[p // BLOCK], p % BLOCK, kvh] for p in range(n)])[start:]
+    D = rows.shape[1] - 4
+    ints, row_scales = rows[:, :D].double(), rows[:, D:].contiguous().view(torch.float32).double()[:, 0]
+    p = torch.softmax(int8_queries(q).double() @ keys.double().T * scale, dim=-1)
+    out = torch.zeros(q.shape[0], D, dtype=torch.float64)
+    for b0 in range(start // block * block, n, block):
+        lo, hi = max(b0, start) - start, min(b0 + block, n) - start
+        u = p[:, lo:hi] * row_scales[lo:hi]
+        step = u.amax(dim=1, keepdim=True) / 32767
+        out += torch.round(u / step) * step @ ints[lo:hi]
+    return out
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.sampled_from(["float32", "bfloat16", "int8"]), st.sampled_from([1, 3, 4, 7, 8, 9, 16]),
        st.sampled_from([8, 64, 72, 256]), st.integers(1, 70), st.integers(0, 69), st.integers(0, 2**16))
@@ -69,9 +87,12 @@ def test_every_path_has_the_portable_bits(fmt, G, D, n, start, seed):
         out = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, isa)
         assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
     keys, values = (dequantized(c, order, kvh, n, D)[start:] for c in (k, v))
-    queries = int8_queries(q) if fmt == "int8" else q
-    exact = torch.softmax(queries.double() @ keys.double().T * D ** -0.5, dim=-1) @ values.double()
-    assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=1e-5)
+    if fmt == "int8":   # a weight's int16 step may round the other way (fast_exp): up to 5.6e-5 in 300 cases
+        exact = int8_attention(q, keys, v, order, kvh, n, start, D ** -0.5)
+        assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=2e-4)
+    else:
+        exact = torch.softmax(q.double() @ keys.double().T * D ** -0.5, dim=-1) @ values.double()
+        assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=1e-5)
 
 
 def test_scores_past_fast_exp_clamp_and_equal_maxima():
