@@ -103,8 +103,8 @@ def test_json_object_ends_by_itself(smol, prompt: str) -> None:
 
 def test_json_object_mostly_ends_by_the_grammar(smol) -> None:
     """At most 2 of the 6 are closed by the loop detector. Measured (SmolLM2-135M, greedy): before the opener
-    and unique keys 2/6 ended by the grammar; with them 6/6 before attention's FMA, 4/6 under FMA and 4/6
-    under FMA with int8 scores -- other prompts each time (extended keys, or an object nested in its own
+    and unique keys 2/6 ended by the grammar; with them 6/6 before attention's FMA, 4/6 under FMA, with int8
+    scores, and with int8 weighted values -- other prompts each time (extended keys, or an object nested in its own
     shape, until the near-loop detector closes them): docs/structured.md."""
     reasons = [_json(smol, p, {"type": "json_object"}).model_extra["termination"]["reason"] for p in SIMPLE]
     assert reasons.count("grammar") >= 4, reasons
