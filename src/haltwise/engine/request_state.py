@@ -74,6 +74,9 @@ class SeqOutputState:
         if termination is not None and termination.reason is Reason.REPETITION and self.matcher is not None \
                 and not self.matcher.is_complete and not rejected:
             termination = self._close_structure(termination)
+        elif termination is not None and termination.reason is Reason.TOOL_LOOP and self.matcher is not None \
+                and not rejected:
+            termination = self._close_section(termination)
         if termination is None and rejected:
             return Termination(Reason.ERROR, f"grammar rejected token {token_id}: {rejected}")
         if termination is None:
@@ -83,22 +86,39 @@ class SeqOutputState:
     def _close_structure(self, termination: Termination) -> Termination:
         """A loop inside a structure: back the matcher up to the stopper's cut and write the grammar's
         shortest completion there (structured/closing.py). Nothing found: the cut stays incomplete."""
-        assert self.matcher is not None
-        dropped = self.seq.num_output_tokens - self.stopper.num_output_tokens_kept
-        close = getattr(self.matcher, "close", None)
-        if close is None or not self.matcher.rollback(dropped):
-            return termination
-        ids = close(self.stopper.text_through_cut())
-        if ids is None:
-            return termination
-        text = self.detokenizer.tokenizer.decode(ids) if ids else ""
-        self.closing = (ids, text)
-        if not ids:          # the grammar could already end there (free text around tool calls)
+        ids, text = self._write_close() or ([], "")
+        if not ids:          # none found, or the grammar could already end there (free text around tool calls)
             return termination
         where = json_path(self.stopper.text_through_cut())
         return replace(termination, forced_close=True,
                        detail=f"{termination.detail}; closed {where} with {json.dumps(text)} (the grammar's shortest "
                               f"completion)")
+
+    def _close_section(self, termination: Termination) -> Termination:
+        """A tool_loop cut after a complete call inside a section that goes on (a separator format: `[{...}, `):
+        the grammar's shortest completion there is the section's own suffix -- no value is the server's, so
+        this is no forced close."""
+        tool_calls = self.seq.params.tool_calls
+        if tool_calls is None or not tool_calls.parse(self.stopper.text_through_cut()).open:
+            return termination
+        ids, text = self._write_close() or ([], "")
+        return replace(termination, detail=f"{termination.detail}; section closed with {json.dumps(text)}") \
+            if ids else termination
+
+    def _write_close(self) -> tuple[list[int], str] | None:
+        """Back the matcher up to the stopper's cut and take the grammar's shortest completion there as
+        self.closing (token ids, text); None when there is none."""
+        assert self.matcher is not None
+        dropped = self.seq.num_output_tokens - self.stopper.num_output_tokens_kept
+        close = getattr(self.matcher, "close", None)
+        if close is None or not self.matcher.rollback(dropped):
+            return None
+        ids = close(self.stopper.text_through_cut())
+        if ids is None:
+            return None
+        text = self.detokenizer.tokenizer.decode(ids) if ids else ""
+        self.closing = (ids, text)
+        return self.closing
 
     def _on_reasoning_token(self, token_id: int, role: Role) -> None:
         """Reasoning text is released at once (no stop acts on it); a tag's text goes nowhere."""

@@ -10,8 +10,10 @@ then closes the structure there (structured/closing.py). Without a grammar the r
 """
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Callable
+from typing import Protocol
 
 from haltwise.sampling_params import RepetitionDetection
 from haltwise.stopping import criteria
@@ -20,15 +22,24 @@ from haltwise.stopping.near_loops import NearLoopDetector
 from haltwise.stopping.termination import Reason, Termination
 
 
+class CallCuts(Protocol):
+    """Where complete tool calls end (toolcalls/call_ends.CallEnds)."""
+
+    def cut(self, limit: int, released: int, tokens: Callable[[int], tuple[int, bool]]) -> tuple[int, int] | None: ...
+
+    def termination(self, loop: Termination, offset: int, token_index: int) -> Termination: ...
+
+
 class LoopStops:
     """Feeds the detectors one answer token at a time; says how much text a possible loop holds back."""
 
-    def __init__(self, rd: RepetitionDetection, grammar: bool):
+    def __init__(self, rd: RepetitionDetection, grammar: bool, calls: CallCuts | None = None):
         self._loops = RepetitionDetector(rd.max_period, rd.min_repeats, rd.min_tokens)
         self._near = (NearLoopDetector(rd.near_loop_ngram, rd.near_loop_window, rd.near_loop_max_novelty)
                       if rd.near_loops else None)
         self.cuts_where_it_began = grammar   # a loop's termination positions the final cut (module docstring)
         self._answer_ends: list[int] = []    # characters fed after each answer token (when cuts_where_it_began)
+        self._calls = calls if grammar else None   # where tool calls end (toolcalls/call_ends.py)
 
     def append(self, token_id: int) -> tuple[int | None, bool]:
         """Take an answer token: (the exact detector's period or None, whether the near detector fired)."""
@@ -40,6 +51,14 @@ class LoopStops:
         if self.cuts_where_it_began:
             self._answer_ends.append(fed)
 
+    def answer_tokens_through(self, offset: int) -> tuple[int, bool]:
+        """(answer tokens through the one holding character offset - 1, whether one ends exactly at offset)."""
+        ends = self._answer_ends
+        k = bisect.bisect_left(ends, offset)
+        if offset == 0:
+            return 0, True
+        return k + 1, k < len(ends) and ends[k] == offset
+
     def held(self, fed: int) -> int:
         """Characters at the end of the text that may still be a loop's repeats (0 without a grammar)."""
         run = self._loops.longest_run() if self.cuts_where_it_began else 0
@@ -48,9 +67,21 @@ class LoopStops:
         ends = self._answer_ends
         return fed - (ends[-run - 1] if run < len(ends) else 0)
 
-    def termination(self, n: int, period: int | None, near: bool, fed: int,
-                    text: Callable[[], str]) -> Termination | None:
-        """The loop found on output token n, if any; text() gives the text so far (for the near loop's detail)."""
+    def termination(self, n: int, period: int | None, near: bool, fed: int, text: Callable[[], str],
+                    released: int = 0) -> Termination | None:
+        """The loop found on output token n, if any; text() gives the text so far (for the near loop's detail).
+        After complete tool calls it is a tool_loop cut where the last one ends, not before `released`
+        characters (toolcalls/call_ends.py). A cut earlier than fed: char_offset, token_index + 1 tokens kept."""
+        term = self._loop(n, period, near, fed, text)
+        if term is None or self._calls is None:
+            return term
+        found = self._calls.cut(term.char_offset, released, self.answer_tokens_through)
+        if found is None:
+            return term
+        kept = n - (len(self._answer_ends) - found[1])
+        return self._calls.termination(term, found[0], kept - 1)
+
+    def _loop(self, n: int, period: int | None, near: bool, fed: int, text: Callable[[], str]) -> Termination | None:
         if criteria.check_repetition(period):
             assert period is not None
             repeats = self._loops.repeats(period)

@@ -14,7 +14,8 @@ Order of checks (SPEC §2), all in the same call as the token that triggers them
   2. limits: max_tokens, then the context window;
   3. the repetition detector.
 A content stop on the token that also reaches a limit wins: the text is complete.
-Under a grammar the exact loop detector cuts where the repetition began (loop_stops.py). Which stops
+Under a grammar the exact loop detector cuts where the repetition began (loop_stops.py); either detector,
+firing after complete tool calls, cuts after the last one (reason tool_loop, toolcalls/call_ends.py). Which stops
 are special tokens and which text watchers run (presets, the tool-call loop watch): stop_set.py.
 Under a grammar (`structure_complete` passed to on_token): the token that completes the structure
 ends the sequence with reason grammar, even below min_tokens; a stop string in the same token's
@@ -63,7 +64,10 @@ class SequenceStopper:
         self._watchers: list[TextStop] = [self._matcher] if self._matcher is not None else []
         self._watchers += preset_watchers(params, markers)
         rd = params.repetition_detection
-        self._loops = LoopStops(rd, params.structured_outputs is not None) if rd.enabled else None
+        grammar = params.structured_outputs is not None
+        calls = params.tool_calls.call_ends() if params.tool_calls is not None and grammar and rd.enabled else None
+        self._watchers += [calls] if calls is not None else []      # it holds back what follows a complete call
+        self._loops = LoopStops(rd, grammar, calls) if rd.enabled else None
 
         self._num_tokens = 0            # output tokens seen by on_token
         self._fed = 0                   # characters of output text taken in
@@ -197,8 +201,9 @@ class SequenceStopper:
         if self._loops is None:
             return None
         term = self._loops.termination(n, period, near, self._fed,
-                                       lambda: "".join(self._released_parts + self._unreleased))
-        if term is not None and period is not None and self._loops.cuts_where_it_began:   # cut where it began
+                                       lambda: "".join(self._released_parts + self._unreleased), self._released)
+        if term is not None and (term.reason is Reason.TOOL_LOOP or period is not None and
+                                 self._loops.cuts_where_it_began):   # cut where it began / after the calls
             self._cut, self._kept = term.char_offset, term.token_index + 1
         return term
 

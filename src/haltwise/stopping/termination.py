@@ -21,7 +21,8 @@ class Reason(str, Enum):
     STOP_TOKEN = "stop_token"
     GRAMMAR = "grammar"          # the structure asked for (response_format / structured_outputs) is complete
     TOOL_CALL = "tool_call"      # the output is one or more complete, valid tool calls (toolcalls/)
-    TOOL_LOOP = "tool_loop"      # a call already answered in the conversation (or in this answer) was withheld
+    TOOL_LOOP = "tool_loop"      # a call already answered (or made in this answer) was withheld, or a loop
+                                 # detector fired after complete calls: cut after them (toolcalls/call_ends.py)
     MAX_TOKENS = "max_tokens"
     CONTEXT_LIMIT = "context_limit"
     REPETITION = "repetition"

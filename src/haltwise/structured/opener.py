@@ -8,9 +8,9 @@ JSON by itself, and it closes the object when its answer is done. The opener is 
 content is the JSON alone, the grammar unchanged, prompt_tokens counts the opener's tokens.
 
 Measured (SmolLM2-135M, greedy, the six json_object prompts of `haltwise eval-structured`): ended by the
-grammar 2/6 without the opener, 5/6 with it (6/6 with unique keys); under an experimental change of
-attention's rounding (not landed) 4/6 either way, other prompts (docs/structured.md: a 135M model's greedy
-path is chaotic). Qwen2.5-Coder-0.5B 6/6 either way.
+grammar 2/6 without the opener, 5/6 with it (6/6 with unique keys) on the rounding before attention's FMA;
+4/6 under FMA, with int8 scores and with int8 weighted values, other prompts each time (docs/structured.md:
+a 135M model's greedy path is chaotic). Qwen2.5-Coder-0.5B 6/6 either way.
 
 When it applies: `json_object` only (a json_schema names its keys, and the measured schema prompts did not
 gain), a generation prompt added, no tools offered (a call must stay possible), and no think section in

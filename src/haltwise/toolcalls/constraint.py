@@ -9,8 +9,9 @@ At finish (stopping/structure_contract.py) the final text is parsed with the req
         -> reason tool_call (business layer), finish_reason "tool_calls", detail names the tools called
     a call whose arguments do not parse or validate (never under the grammar; checked anyway)
         -> structure_incomplete, detail says which call failed
-    a repeated call withheld (reason tool_loop, toolcalls/loop_watch.py)
-        -> tool_loop; finish_reason "tool_calls" if complete calls precede it in the answer, else "stop"
+    a repeated call withheld (reason tool_loop, toolcalls/loop_watch.py), or a loop detector firing after
+    complete calls (cut after the last one, toolcalls/call_ends.py)
+        -> tool_loop; finish_reason "tool_calls" if complete calls precede the cut, else "stop"
     no call (tool_choice auto, the model answered in text and ended)
         -> reason eos: the grammar's end was the model's own end of text
 """
@@ -24,6 +25,7 @@ import jsonschema
 
 from haltwise.stopping.structure_contract import mark_incomplete
 from haltwise.stopping.termination import Reason, Termination
+from haltwise.toolcalls.call_ends import CallEnds
 from haltwise.toolcalls.formats.registry import get_format
 from haltwise.toolcalls.loop_watch import ToolLoopWatch
 from haltwise.toolcalls.parser import ParseResult, ToolCallParser, parse
@@ -41,6 +43,9 @@ class ToolCallConstraint:
 
     def loop_watch(self) -> ToolLoopWatch:
         return ToolLoopWatch(get_format(self.format_name), self.answered)
+
+    def call_ends(self) -> CallEnds:
+        return CallEnds(get_format(self.format_name))
 
     def marker_texts(self) -> tuple[str, ...]:
         """Texts the answer must show even where they are special tokens (formats/base.py)."""

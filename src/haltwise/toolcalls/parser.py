@@ -51,6 +51,8 @@ class ParsedCall:
     name: str
     arguments: str = ""
     complete: bool = False      # the body closed (its arguments JSON and the body's "}")
+    end: int = field(default=-1, compare=False)           # once complete: offset just after the body's "}"
+    section_end: int = field(default=-1, compare=False)   # once its section closed: offset just after it
 
 
 @dataclass
@@ -66,6 +68,7 @@ class ToolCallParser:
         self.fmt = fmt
         self.calls: list[ParsedCall] = []
         self._buf = ""                  # text taken in, not yet classified
+        self._taken = 0                 # characters fed so far
         self._state = "text"            # text | lit | name | args | after | broken
         self._expect = ""               # the literal expected in state lit
         self._then = ""                 # the state after it
@@ -95,6 +98,7 @@ class ToolCallParser:
     # ---- feeding ----------------------------------------------------------------------------
     def feed(self, text: str) -> list[Event]:
         self._buf += text
+        self._taken += len(text)
         events: list[Event] = []
         while self._step(events):
             pass
@@ -108,6 +112,7 @@ class ToolCallParser:
             self._buf = ""
         elif self._state == "after" and self._opener[2] == "" and not self._buf.strip():
             self._state = "text"            # a section without a closing text ends with the text
+            self.calls[-1].section_end = self.calls[-1].end
         if not self.calls and self._blank:
             events.append(Content(self._blank))
             self._content.append(self._blank)
@@ -227,7 +232,9 @@ class ToolCallParser:
 
     def _after(self) -> bool:
         """Between a closed body and what follows: the separator (another body) or the section's end."""
-        self.calls[-1].complete = True
+        call = self.calls[-1]
+        if not call.complete:
+            call.complete, call.end = True, self._taken - len(self._buf)
         sep, suffix = self.fmt.separator, self._opener[2]
         if sep is not None and self._buf.startswith(sep):
             self._buf = self._buf[len(sep):]
@@ -235,13 +242,13 @@ class ToolCallParser:
             return True
         if suffix and self._buf.startswith(suffix):
             self._buf = self._buf[len(suffix):]
-            self._state = "text"
+            self._state, call.section_end = "text", self._taken - len(self._buf)
             return True
         if (sep is not None and sep.startswith(self._buf)) or (suffix and suffix.startswith(self._buf)):
             return False                        # too little text yet to tell (an empty buffer included)
         if not suffix:
-            self._state = "text"                # a section without closing text ends where other text starts
-            return True
+            self._state, call.section_end = "text", call.end   # a section without closing text ends where
+            return True                                         # other text starts
         self._state = "broken"
         return False
 

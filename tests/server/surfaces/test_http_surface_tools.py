@@ -141,3 +141,51 @@ def test_responses_cut_call_is_incomplete(tiny_server) -> None:
                                               tool_choice="required", max_output_tokens=4, temperature=0)
     assert r.status == "incomplete" and r.incomplete_details.reason == "max_output_tokens"
     assert all(it.status == "incomplete" for it in r.output if it.type == "function_call")
+
+
+def _chat_stream_calls(url: str, **ask) -> tuple[list[tuple[str, str]], str | None]:
+    calls: dict[int, list[str]] = {}
+    finish = None
+    for chunk in oai(url).chat.completions.create(**ask, stream=True):
+        for ch in chunk.choices:
+            for tc in ch.delta.tool_calls or []:
+                call = calls.setdefault(tc.index, ["", ""])
+                call[0] += tc.function.name or ""
+                call[1] += tc.function.arguments or ""
+            finish = ch.finish_reason or finish
+    return [(n, a) for n, a in (calls[i] for i in sorted(calls))], finish
+
+
+def test_a_loop_after_complete_calls_keeps_them_on_every_surface(tiny_server) -> None:
+    """Default detectors, greedy: the tiny model writes calls until the near-loop detector fires inside one.
+    Every surface returns the complete calls before it, as calls (reason tool_loop) -- never "length" with a
+    call the server wrote to close the cut one (toolcalls/call_ends.py) -- streamed or not."""
+    url = tiny_server.url
+    ask = dict(model="tiny", messages=ASK, tools=CHAT_TOOLS, tool_choice="required", max_tokens=200, temperature=0)
+    r = oai(url).chat.completions.create(**ask).choices[0]
+    term = r.model_extra["termination"]
+    assert term["reason"] == "tool_loop" and "inside a run of tool calls" in term["detail"], term  # the case arises
+    expected = [(c.function.name, c.function.arguments) for c in r.message.tool_calls or []]
+    assert r.finish_reason == "tool_calls" and expected and r.message.content is None
+    for name, arguments in expected:
+        jsonschema.validate(json.loads(arguments), SCHEMAS[name])
+    assert _chat_stream_calls(url, **ask) == (expected, "tool_calls")
+    as_inputs = [(n, json.loads(a)) for n, a in expected]
+
+    claude_ask = dict(model="tiny", max_tokens=200, messages=ASK, tools=CLAUDE_TOOLS, tool_choice={"type": "any"},
+                      extra_body={"temperature": 0})
+    msg = claude(url).messages.create(**claude_ask)
+    assert msg.stop_reason == "tool_use" and msg.model_extra["termination"]["reason"] == "tool_loop"
+    assert [(b.name, b.input) for b in msg.content if b.type == "tool_use"] == as_inputs
+    with claude(url).messages.stream(**claude_ask) as s:
+        final = s.get_final_message()
+    assert final.stop_reason == "tool_use" and [(b.name, b.input) for b in final.content] == as_inputs
+
+    resp_ask = dict(model="tiny", input="call something", tools=RESP_TOOLS, tool_choice="required",
+                    max_output_tokens=200, temperature=0)
+    resp = oai(url).responses.create(**resp_ask)
+    assert resp.status == "completed" and resp.model_extra["termination"]["reason"] == "tool_loop"
+    assert [(c.name, c.arguments) for c in resp.output if c.type == "function_call"] == expected
+    done = list(oai(url).responses.create(**resp_ask, stream=True))[-1]
+    assert done.type == "response.completed"
+    assert [(c.name, c.arguments) for c in done.response.output if c.type == "function_call"] == expected
