@@ -17,7 +17,7 @@ from haltwise.kernels.formats import get
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import GGUFNative
-from haltwise.kernels.plan import BUCKETS, bucket_index
+from haltwise.kernels.plan import bucket_index
 from haltwise.models.loader import load_model
 from haltwise.models.native_decode import ACTIVATIONS, NativeDecode, moe_block
 from tests.models.converted import fixture
