@@ -11,7 +11,7 @@ from typing import Iterator
 import httpx
 
 from tests.server.http_helpers import wait_until
-from tests.server.serve_process import free_port
+from tests.server.serve_process import free_port, stop_process
 
 
 @contextlib.contextmanager
@@ -33,10 +33,4 @@ def replica_server(args: list[str], log_path: Path, ready_limit_s: float) -> Ite
             assert wait_until(ready, ready_limit_s) and proc.poll() is None, log_path.read_text()[-4000:]
             yield proc, url
         finally:
-            if proc.poll() is None:
-                proc.terminate()
-                try:
-                    proc.wait(60)
-                except subprocess.TimeoutExpired:
-                    proc.kill()
-                    proc.wait(30)
+            stop_process(proc, 60, 30)

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from tests.server.http_helpers import metric, wait_until
+from tests.server.serve_process import stop_process
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
@@ -58,13 +59,7 @@ def serve(*args: str, faults: str = "", start_limit: float = 300.0) -> Iterator[
             raise RuntimeError(f"haltwise serve did not become ready:\n{proc.communicate()[0][-3000:]}")
         yield url
     finally:
-        if proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+        stop_process(proc, 30)
 
 
 class Browser:

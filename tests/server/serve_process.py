@@ -12,6 +12,17 @@ import httpx
 from tests.server.http_helpers import wait_until
 
 
+def stop_process(proc: subprocess.Popen, grace_s: float, kill_wait_s: float | None = None) -> None:
+    """A running process terminated, given grace_s to exit, then killed (and waited for, kill_wait_s)."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(kill_wait_s)
+
+
 def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
@@ -46,13 +57,7 @@ class ServeProcess:
 
     def __exit__(self, *exc: Any) -> None:
         assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+        stop_process(self.proc, 30)
         self._output = self.proc.stdout.read() if self.proc.stdout else ""
 
     def output(self) -> str:
