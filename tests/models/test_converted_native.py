@@ -1,8 +1,8 @@
 """The default path (--dtype auto: planned linears) on the converted families, on the converter's q8_0 file.
 
-phi3 (partial rotary, LongRoPE tables), qwen3moe and qwen2moe (MoE blocks: csrc/moe_block.cpp) run the native
-layer stack every step: close to the float32 Python layers on the same file. gemma2 (soft-capped attention) and
-gpt-oss (attention sinks) cannot and run the Python layers with the planned linears. Either way a sequence's
+phi3 (partial rotary, LongRoPE tables), qwen3moe, qwen2moe and gpt-oss (MoE blocks: csrc/moe_block.cpp; gpt-oss's
+attention sinks) run the native layer stack every step: close to the float32 Python layers on the same file.
+gemma2 (soft-capped attention) cannot and runs the Python layers with the planned linears. Either way a sequence's
 logits are the same bits however its prompt is chunked or batched, as tests/models/test_native_stack_rows.py
 checks for the hand-written families."""
 import pytest
@@ -19,8 +19,8 @@ from tests.models.paged_runner import PagedRunner
 from tests.models.test_native_stack_rows import _prompt, _prompt_logits
 
 pytestmark = pytest.mark.slow
-NATIVE_FAMILIES = ("phi3", "qwen3moe", "qwen2moe")
-PYTHON_FAMILIES = {"gemma2": "soft-capping", "gpt-oss": "attention sinks"}   # on the Python layers, and why
+NATIVE_FAMILIES = ("phi3", "qwen3moe", "qwen2moe", "gpt-oss")
+PYTHON_FAMILIES = {"gemma2": "soft-capping"}   # on the Python layers, and why
 
 
 @pytest.fixture(autouse=True)

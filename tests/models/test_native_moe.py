@@ -42,6 +42,16 @@ def no_caches(monkeypatch):
     monkeypatch.setenv("HALTWISE_PLAN_CACHE", "0")
 
 
+def layer_of(config, seed):
+    """moe(config) planned as the default path; gpt-oss's router scaled to its inputs x 10 so its logits spread
+    over a few units (one-hot softmaxes would hide the router's order of top-k and softmax)."""
+    layer = planned_as_default(moe(config, seed=seed))
+    if config.moe_router == "topk_softmax":
+        with torch.no_grad():
+            layer.gate.weight.mul_(0.1 / SCALE[config.architecture])
+    return layer
+
+
 def native_block(layer, isa="auto"):
     expert = layer.experts[0]
     act = CLAMPED_GLU if isinstance(expert, ClampedGluExpert) else ACTIVATIONS[expert.hidden_act]
@@ -51,7 +61,7 @@ def native_block(layer, isa="auto"):
 @pytest.mark.parametrize("config", [CONFIG, SHARED, replace(CONFIG, norm_topk_prob=False), GPT_OSS],
                          ids=["qwen3moe", "qwen2moe-shared", "unnormalised", "gpt-oss"])
 def test_moe_block_equals_the_python_layer(config):
-    layer = planned_as_default(moe(config, seed=3))
+    layer = layer_of(config, 3)
     x = torch.randn(40, config.hidden_size, generator=torch.Generator().manual_seed(1)) * SCALE[config.architecture]
     reference = layer(x)
     for isa in build.load().isas():
@@ -63,7 +73,7 @@ def test_moe_block_equals_the_python_layer(config):
 
 @pytest.mark.parametrize("config", [CONFIG, SHARED, GPT_OSS], ids=["qwen3moe", "qwen2moe-shared", "gpt-oss"])
 def test_a_row_is_the_same_bits_alone_and_in_any_batch(config):
-    layer = planned_as_default(moe(config, seed=4))
+    layer = layer_of(config, 4)
     x = torch.randn(max(ROWS), config.hidden_size, generator=torch.Generator().manual_seed(2))
     x = x * SCALE[config.architecture]
     for isa in build.load().isas():
@@ -148,3 +158,31 @@ def test_default_path_steps_are_batch_invariant(arch, outtype):
         for step, (a, b) in enumerate(zip(got, alone)):
             assert torch.equal(a, b), f"beside {others}, chunks of {chunk}: step {step} differs"
     assert model.model.layers_run == 0 and stack.stack.beats > 0     # every step ran in the stack
+
+
+def test_gpt_oss_router_ties_go_to_the_lower_expert_index():
+    """Experts 1 and 6 get the same router row and bias (equal logits on every token) but different weights: where
+    only one of the two makes the top k, the block runs expert 1, on every ISA path."""
+    layer = layer_of(GPT_OSS, 5)
+    with torch.no_grad():
+        layer.gate.weight[6] = layer.gate.weight[1]
+        layer.gate.bias[6] = layer.gate.bias[1]
+    x = torch.randn(40, GPT_OSS.hidden_size, generator=torch.Generator().manual_seed(3)) * 10
+    logits = layer.gate(x)
+    want = []
+    for t in range(len(x)):                 # top-k by (falling logit, rising index), softmax over the k
+        picks = sorted(range(GPT_OSS.num_experts), key=lambda e: (-logits[t, e].item(), e))[:layer.top_k]
+        weights = torch.softmax(logits[t, picks], dim=-1)
+        want.append(sum(w * layer.experts[e](x[t:t + 1])[0] for w, e in sorted(zip(weights, picks),
+                                                                            key=lambda pair: pair[1])))
+    want = torch.stack(want)
+    split = [t for t in range(len(x)) if (1 in _top(logits[t], layer.top_k)) != (6 in _top(logits[t], layer.top_k))]
+    assert split, "no token has exactly one of the tied experts in its top k"
+    for isa in build.load().isas():
+        got = native_block(layer, isa).run(x, bucket_index(len(x)))
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        assert err < 1e-5, f"{isa}: relative error {err:.2e}"
+
+
+def _top(row: torch.Tensor, k: int) -> list[int]:
+    return sorted(range(len(row)), key=lambda e: (-row[e].item(), e))[:k]
