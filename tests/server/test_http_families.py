@@ -91,16 +91,3 @@ def test_harmony_end_closes_a_message_not_the_reply() -> None:
     phi3 = Tokenizer.from_gguf(fixture("phi3").gguf("q8_0"))
     assert phi3.token_to_id("<|end|>") in phi3.eos_token_ids()
 
-
-def test_gpt_oss_default_path_speculates_with_prompt_lookup(family) -> None:
-    """gpt-oss runs the native layer stack every step (docs/native-moe.md), so its default path is batch invariant
-    and prompt lookup drafts (engine/speculation.py runs only there): a prompt whose suffix occurred earlier
-    gets drafts, as on qwen3moe (tests/server/test_http_moe.py)."""
-    arch, url, _ = family
-    if arch != "gpt-oss":
-        pytest.skip("the gpt-oss check (the other families' speculation is theirs to test)")
-    body = {"prompt": "red green blue gold red green blue gold red green blue gold red green", "max_tokens": 8,
-            "temperature": 0}
-    reply = httpx.post(url + "/v1/completions", json=body, timeout=600)
-    assert reply.status_code == 200, reply.text
-    assert reply.json()["usage"].get("speculation", {}).get("drafted", 0) > 0, reply.json()["usage"]
