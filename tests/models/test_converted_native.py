@@ -1,8 +1,8 @@
 """The default path (--dtype auto: planned linears) on the converted families, on the converter's q8_0 file.
 
-phi3 (partial rotary, LongRoPE tables), qwen3moe and qwen2moe (MoE blocks: csrc/moe_block.cpp) run the native
-layer stack every step: close to the float32 Python layers on the same file. gemma2 (soft-capped attention) and
-gpt-oss (attention sinks) cannot and run the Python layers with the planned linears. Either way a sequence's
+phi3 (partial rotary, LongRoPE tables), qwen3moe, qwen2moe and gpt-oss (MoE blocks: csrc/moe_block.cpp; gpt-oss's
+attention sinks) run the native layer stack every step: close to the float32 Python layers on the same file.
+gemma2 (soft-capped attention) cannot and runs the Python layers with the planned linears. Either way a sequence's
 logits are the same bits however its prompt is chunked or batched, as tests/models/test_native_stack_rows.py
 checks for the hand-written families."""
 import pytest
@@ -19,8 +19,8 @@ from tests.models.paged_runner import PagedRunner
 from tests.models.test_native_stack_rows import _prompt, _prompt_logits
 
 pytestmark = pytest.mark.slow
-NATIVE_FAMILIES = ("phi3", "qwen3moe", "qwen2moe")
-PYTHON_FAMILIES = {"gemma2": "soft-capping", "gpt-oss": "attention sinks"}   # on the Python layers, and why
+NATIVE_FAMILIES = ("phi3", "qwen3moe", "qwen2moe", "gpt-oss")
+PYTHON_FAMILIES = {"gemma2": "soft-capping"}   # on the Python layers, and why
 
 
 @pytest.fixture(autouse=True)
@@ -45,9 +45,25 @@ def _models(arch):
     return planned, reference
 
 
+# gpt-oss's fixture (gate_up scaled so its GLU clamps, routers spread) turns the q8 activations' rounding into
+# different top-k picks: the default path is ~0.2 (relative) from float32 in the Python layers as in the stack,
+# so the stack is held to the Python layers running the same planned linears instead.
+SAME_PLAN = {"gpt-oss"}
+
+
+def _planned_python(arch):
+    path = fixture(arch).gguf("q8_0")
+    model = load_model(path, max_model_len=64).model
+    plan_model(model, path, formats=[GGUFNative(), get("float32-native")], use_cache=False, batch_invariant=True)
+    return model
+
+
 @pytest.mark.parametrize("arch", NATIVE_FAMILIES)
 def test_stack_matches_float32_layers(arch):
     planned, reference = _models(arch)
+    tolerance = 2.5 * GGUFNative.tolerance
+    if arch in SAME_PLAN:
+        reference, tolerance = _planned_python(arch), 1e-4
     prompts = [_prompt(3 + s, s) for s in range(3)]
     runs = [PagedRunner(m, num_seqs=3, max_len=32, block_size=4) for m in (planned, reference)]
     for i in range(4):
@@ -55,7 +71,7 @@ def test_stack_matches_float32_layers(arch):
         starts = [0] * 3 if i == 0 else [len(p) + i - 1 for p in prompts]
         ours, truth = (run.step([0, 1, 2], feed, starts) for run in runs)
         err = ((ours - truth).abs().max() / truth.abs().max()).item()
-        assert err < 2.5 * GGUFNative.tolerance, f"{arch} step {i}: relative error {err:.2e}"
+        assert err < tolerance, f"{arch} step {i}: relative error {err:.2e}"
 
 
 @pytest.mark.parametrize("arch", [*NATIVE_FAMILIES, *PYTHON_FAMILIES])

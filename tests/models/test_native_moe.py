@@ -1,9 +1,10 @@
 """Mixture-of-experts layers in the native layer stack (models/native_decode.py, csrc/moe_block.cpp).
 
 The MoE block alone against models/moe.py's SparseMoE (the float32 reference), routed-only (qwen3moe, renormalised
-top-k) and with qwen2moe's sigmoid-gated shared expert, on every ISA path this CPU runs; a row's bits alone and
-inside batches of every size (other rows change which experts run, and on how many rows); then the whole stack
-on llama.cpp-converted tiny qwen3moe / qwen2moe models (tests/models/converted.py) against the Python layers,
+top-k), with qwen2moe's sigmoid-gated shared expert and gpt-oss's (biased top-k-then-softmax router, biased
+clamped-GLU experts), on every ISA path this CPU runs; a row's bits alone and inside batches of every size
+(other rows change which experts run, and on how many rows); then the whole stack on llama.cpp-converted tiny
+qwen3moe / qwen2moe / gpt-oss models (tests/models/converted.py) against the Python layers,
 and every step of the default path batch invariant: a sequence's logits are the same bits alone, beside 1, 3 or
 7 others, and prefilled whole or in chunks.
 """
@@ -19,7 +20,8 @@ from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import GGUFNative
 from haltwise.kernels.plan import bucket_index
 from haltwise.models.loader import load_model
-from haltwise.models.native_decode import ACTIVATIONS, NativeDecode, moe_block
+from haltwise.models.moe import ClampedGluExpert
+from haltwise.models.native_decode import ACTIVATIONS, CLAMPED_GLU, NativeDecode, moe_block
 from tests.models.converted import fixture
 from tests.models.paged_runner import PagedRunner
 from tests.models.test_moe import CONFIG, moe, planned_as_default
@@ -27,6 +29,10 @@ from tests.models.test_native_decode import TOLERANCE, decode_logits
 
 pytestmark = pytest.mark.skipif(build.load() is None, reason=f"native kernels unavailable: {build.failure()}")
 SHARED = replace(CONFIG, architecture="qwen2moe", shared_expert_intermediate_size=64, norm_topk_prob=False)
+GPT_OSS = replace(CONFIG, architecture="gpt-oss", moe_router="topk_softmax", expert_glu=(1.702, 7.0),
+                  norm_topk_prob=False)
+# gpt-oss's inputs x 10: gate and up values of +-10s, so the GLU's clamps at +-7 bite in every run
+SCALE = {"qwen3moe": 1.0, "qwen2moe": 1.0, "gpt-oss": 10.0}
 ROWS = (1, 2, 3, 5, 8, 13, 33, 40)
 
 
@@ -36,15 +42,27 @@ def no_caches(monkeypatch):
     monkeypatch.setenv("HALTWISE_PLAN_CACHE", "0")
 
 
+def layer_of(config, seed):
+    """moe(config) planned as the default path; gpt-oss's router scaled to its inputs x 10 so its logits spread
+    over a few units (one-hot softmaxes would hide the router's order of top-k and softmax)."""
+    layer = planned_as_default(moe(config, seed=seed))
+    if config.moe_router == "topk_softmax":
+        with torch.no_grad():
+            layer.gate.weight.mul_(0.1 / SCALE[config.architecture])
+    return layer
+
+
 def native_block(layer, isa="auto"):
-    return moe_block(build.load(), layer, ACTIVATIONS[layer.experts[0].hidden_act], isa)
+    expert = layer.experts[0]
+    act = CLAMPED_GLU if isinstance(expert, ClampedGluExpert) else ACTIVATIONS[expert.hidden_act]
+    return moe_block(build.load(), layer, act, isa)
 
 
-@pytest.mark.parametrize("config", [CONFIG, SHARED, replace(CONFIG, norm_topk_prob=False)],
-                         ids=["qwen3moe", "qwen2moe-shared", "unnormalised"])
+@pytest.mark.parametrize("config", [CONFIG, SHARED, replace(CONFIG, norm_topk_prob=False), GPT_OSS],
+                         ids=["qwen3moe", "qwen2moe-shared", "unnormalised", "gpt-oss"])
 def test_moe_block_equals_the_python_layer(config):
-    layer = planned_as_default(moe(config, seed=3))
-    x = torch.randn(40, config.hidden_size, generator=torch.Generator().manual_seed(1))
+    layer = layer_of(config, 3)
+    x = torch.randn(40, config.hidden_size, generator=torch.Generator().manual_seed(1)) * SCALE[config.architecture]
     reference = layer(x)
     for isa in build.load().isas():
         ours = native_block(layer, isa).run(x, bucket_index(40))
@@ -53,10 +71,11 @@ def test_moe_block_equals_the_python_layer(config):
         assert err < 1e-5, f"{isa}: relative error {err:.2e}"
 
 
-@pytest.mark.parametrize("config", [CONFIG, SHARED], ids=["qwen3moe", "qwen2moe-shared"])
+@pytest.mark.parametrize("config", [CONFIG, SHARED, GPT_OSS], ids=["qwen3moe", "qwen2moe-shared", "gpt-oss"])
 def test_a_row_is_the_same_bits_alone_and_in_any_batch(config):
-    layer = planned_as_default(moe(config, seed=4))
+    layer = layer_of(config, 4)
     x = torch.randn(max(ROWS), config.hidden_size, generator=torch.Generator().manual_seed(2))
+    x = x * SCALE[config.architecture]
     for isa in build.load().isas():
         block = native_block(layer, isa)
         together = block.run(x, bucket_index(len(x)))
@@ -68,18 +87,21 @@ def test_a_row_is_the_same_bits_alone_and_in_any_batch(config):
         assert torch.equal(block.run(x.flip(0), bucket_index(len(x))), together.flip(0)), isa
 
 
-def planned_fixture(arch, quant):
-    path = fixture(arch).gguf("q8_0" if quant else "f32")
+def planned_fixture(arch, outtype):
+    path = fixture(arch).gguf(outtype)
     model = load_model(path).model
     # qwen2moe's shared expert (width 48) has no Q8_0 kernel shape: it falls back to float32
+    quant = outtype != "f32"
     plan_model(model, path, formats=[GGUFNative(), get("float32")] if quant else [get("float32")], use_cache=False)
     return model
 
 
-@pytest.mark.parametrize("quant", [False, True], ids=["f32", "q8_0"])
-@pytest.mark.parametrize("arch", ["qwen3moe", "qwen2moe"])
-def test_native_stack_equals_python_moe_layers(arch, quant):
-    model = planned_fixture(arch, quant)
+@pytest.mark.parametrize("arch,outtype", [("qwen3moe", "f32"), ("qwen3moe", "q8_0"), ("qwen2moe", "f32"),
+                                          ("qwen2moe", "q8_0"), ("gpt-oss", "f32"), ("gpt-oss", "q8_0"),
+                                          ("gpt-oss", "mxfp4")])
+def test_native_stack_equals_python_moe_layers(arch, outtype):
+    quant = outtype != "f32"          # q8_0, mxfp4: native blocks x q8 activations
+    model = planned_fixture(arch, outtype)
     for isa in build.load().isas():
         stack, why = NativeDecode.build(model.model, isa)
         assert stack is not None, why
@@ -120,10 +142,11 @@ def target_logits(model, others: int, chunk: int | None) -> list[torch.Tensor]:
     return out
 
 
-@pytest.mark.parametrize("arch", ["qwen3moe", "qwen2moe"])
-def test_default_path_steps_are_batch_invariant(arch):
+@pytest.mark.parametrize("arch,outtype", [("qwen3moe", "q8_0"), ("qwen2moe", "q8_0"), ("gpt-oss", "q8_0"),
+                                          ("gpt-oss", "mxfp4")])
+def test_default_path_steps_are_batch_invariant(arch, outtype):
     """The plan of the default path (one batch-invariant format per linear), the stack on every step."""
-    path = fixture(arch).gguf("q8_0")
+    path = fixture(arch).gguf(outtype)
     model = load_model(path).model
     plan_model(model, path, batch_invariant=True, use_cache=False)
     stack, why = NativeDecode.build(model.model, every_step=True, head=model.lm_head)
@@ -135,3 +158,31 @@ def test_default_path_steps_are_batch_invariant(arch):
         for step, (a, b) in enumerate(zip(got, alone)):
             assert torch.equal(a, b), f"beside {others}, chunks of {chunk}: step {step} differs"
     assert model.model.layers_run == 0 and stack.stack.beats > 0     # every step ran in the stack
+
+
+def test_gpt_oss_router_ties_go_to_the_lower_expert_index():
+    """Experts 1 and 6 get the same router row and bias (equal logits on every token) but different weights: where
+    only one of the two makes the top k, the block runs expert 1, on every ISA path."""
+    layer = layer_of(GPT_OSS, 5)
+    with torch.no_grad():
+        layer.gate.weight[6] = layer.gate.weight[1]
+        layer.gate.bias[6] = layer.gate.bias[1]
+    x = torch.randn(40, GPT_OSS.hidden_size, generator=torch.Generator().manual_seed(3)) * 10
+    logits = layer.gate(x)
+    want = []
+    for t in range(len(x)):                 # top-k by (falling logit, rising index), softmax over the k
+        picks = sorted(range(GPT_OSS.num_experts), key=lambda e: (-logits[t, e].item(), e))[:layer.top_k]
+        weights = torch.softmax(logits[t, picks], dim=-1)
+        want.append(sum(w * layer.experts[e](x[t:t + 1])[0] for w, e in sorted(zip(weights, picks),
+                                                                            key=lambda pair: pair[1])))
+    want = torch.stack(want)
+    split = [t for t in range(len(x)) if (1 in _top(logits[t], layer.top_k)) != (6 in _top(logits[t], layer.top_k))]
+    assert split, "no token has exactly one of the tied experts in its top k"
+    for isa in build.load().isas():
+        got = native_block(layer, isa).run(x, bucket_index(len(x)))
+        err = ((got - want).abs().max() / want.abs().max()).item()
+        assert err < 1e-5, f"{isa}: relative error {err:.2e}"
+
+
+def _top(row: torch.Tensor, k: int) -> list[int]:
+    return sorted(range(len(row)), key=lambda e: (-row[e].item(), e))[:k]

@@ -5,7 +5,8 @@ template and end tokens in the GGUF; q8_0, gpt-oss with MXFP4 experts). Per fami
 times -- the repeats hit the prefix cache -- then beside 1, 3 and 7 others); a chat rendered by the family's
 template on /v1/chat/completions and /v1/messages (the same prompt tokens, the same greedy text); and each of the
 family's end tokens, once generated, ends the reply as a stop and never shows in the text. gpt-oss (an MoE with
-attention sinks) runs the Python layers; its harmony <|end|> closes a message, not the reply.
+attention sinks and MXFP4 experts) runs the native layer stack every step (docs/native-moe.md); its harmony <|end|>
+closes a message, not the reply.
 """
 from __future__ import annotations
 
@@ -89,3 +90,4 @@ def test_harmony_end_closes_a_message_not_the_reply() -> None:
     assert harmony.token_to_id("<|end|>") not in harmony.eos_token_ids([harmony.token_to_id("<|end|>")])
     phi3 = Tokenizer.from_gguf(fixture("phi3").gguf("q8_0"))
     assert phi3.token_to_id("<|end|>") in phi3.eos_token_ids()
+

@@ -10,10 +10,11 @@ only under --dtype auto (the plan's dtype):
     the invariant). It needs each linear in one format at every bucket, and lm_head batch invariant too.
   * otherwise: decode-only steps of up to 64 rows whose bucket's formats it runs; the rest take the
     Python layers.
-Mixture-of-experts layers (qwen3moe, qwen2moe: models/moe.py) run as a native MoE block
-(csrc/moe_block.cpp): the router, the experts' linears in their planned formats (an expert of n rows runs
-the format of n's bucket, as its PlannedLinear would) and the combine in ascending expert index. gpt-oss stays
-in Python: its attention sinks have no native kernel (nor its clamped-GLU experts).
+Mixture-of-experts layers (qwen3moe, qwen2moe, gpt-oss: models/moe.py) run as a native MoE block
+(csrc/moe_block.cpp): the router (gpt-oss's biased top-k-then-softmax too), the experts' linears in their
+planned formats (an expert of n rows runs the format of n's bucket, as its PlannedLinear would; gpt-oss's
+biases and clamped GLU) and the combine in ascending expert index. gpt-oss's attention sinks join each
+head's softmax in the native attention (decode_math.inc attend_t).
 The Python layers stay the float32 reference it is tested against (tests/models/test_native_decode.py).
 """
 from __future__ import annotations
@@ -25,11 +26,12 @@ from torch import nn
 
 from haltwise.kernels.plan import BUCKETS, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
-from haltwise.models.moe import SparseMoE
+from haltwise.models.moe import ClampedGluExpert, SparseMoE
 
 log = logging.getLogger("haltwise.models")
 NATIVE, DENSE = "gguf-q8-native", ("float32", "float32-native")   # formats the stack runs
 ACTIVATIONS = {"silu": 0, "gelu_pytorch_tanh": 1}
+CLAMPED_GLU = -1         # gpt-oss's experts (ClampedGluExpert): MoeBlock.set_clamped_glu, not an act code
 
 
 class NativeDecode:
@@ -49,18 +51,13 @@ class NativeDecode:
         module = build.load()
         if module is None:
             return None, build.failure() or "native kernels unavailable"
-        if any(layer.self_attn.sinks is not None for layer in model.layers):
-            return None, "attention sinks (gpt-oss) run in Python (models/row_attention.py): the native stack's " \
-                         "attention has no sinks"
-        if any(getattr(layer.mlp, "topk_first", False) for layer in model.layers):
-            return None, "the top-k-then-softmax router and clamped-GLU experts (gpt-oss) run in Python (models/moe.py)"
         if any(layer.self_attn.softcap for layer in model.layers):
             return None, "attention soft-capping (gemma2) runs in Python (models/row_attention.py): the native " \
                          "stack has no soft-capped attention"
         first = model.layers[0]
         attn = first.self_attn
         mlps = [m for layer in model.layers for m in _mlps(layer.mlp)]
-        act = ACTIVATIONS.get(mlps[0].hidden_act)
+        act = CLAMPED_GLU if isinstance(mlps[0], ClampedGluExpert) else ACTIVATIONS.get(mlps[0].hidden_act)
         if act is None:
             return None, f"activation {mlps[0].hidden_act!r} has no native kernel"
         if attn.head_dim % 8 or model.norm.weight.shape[0] % 8:
@@ -81,7 +78,7 @@ class NativeDecode:
         dense = [layer.mlp.intermediate_size for layer in model.layers if not _is_moe(layer.mlp)]
         stack = module.DecodeStack(attn.num_heads, attn.num_kv_heads, attn.head_dim, model.norm.weight.shape[0],
                                    max(dense, default=0), first.input_layernorm.eps, first.input_layernorm.plus_one,
-                                   act, first.sandwich, isa)
+                                   max(act, 0), first.sandwich, isa)
         if attn.rotary_dim is not None:         # partial rotary (phi3): the tables still hold head_dim values
             stack.set_rotary_dim(attn.rotary_dim)
         for layer, group in zip(model.layers, attention, strict=True):
@@ -90,7 +87,8 @@ class NativeDecode:
                 norms += [layer.pre_feedforward_layernorm, layer.post_feedforward_layernorm]
             a = layer.self_attn
             qk = [a.q_norm.weight, a.k_norm.weight] if a.qk_norm else []
-            stack.add_layer([n.weight for n in norms], qk, a.window or 0, layer.local_rope, a.scale)
+            sinks = a.sinks.weight.detach() if a.sinks is not None else torch.empty(0)
+            stack.add_layer([n.weight for n in norms], qk, a.window or 0, layer.local_rope, a.scale, sinks)
             for slot, linear in enumerate(group):
                 stack.set_linear(slot, *_linear_args(linear))
             if _is_moe(layer.mlp):
@@ -166,9 +164,12 @@ def _mlps(mlp: nn.Module) -> list[nn.Module]:
 def moe_block(module, moe: SparseMoE, act: int, isa: str = "auto"):
     """The native MoeBlock (csrc/moe_block.cpp) of one SparseMoE: its router, experts and shared expert."""
     hidden = moe.gate.weight.shape[1]
-    block = module.MoeBlock(hidden, len(moe.experts), moe.top_k, moe.norm_topk_prob, act, list(BUCKETS), isa)
+    block = module.MoeBlock(hidden, len(moe.experts), moe.top_k, moe.norm_topk_prob, max(act, 0), list(BUCKETS), isa)
     shared_gate = moe.shared_expert_gate.weight.detach() if moe.shared_expert is not None else torch.empty(0)
-    block.set_router(moe.gate.weight.detach(), shared_gate)
+    bias = moe.gate.bias.detach() if moe.gate.bias is not None else torch.empty(0)
+    block.set_router(moe.gate.weight.detach(), shared_gate, bias, moe.topk_first)
+    if act == CLAMPED_GLU:
+        block.set_clamped_glu(moe.experts[0].alpha, moe.experts[0].limit)
     for e, expert in enumerate(_mlps(moe)):
         for slot, linear in enumerate((expert.gate_up_proj, expert.down_proj)):
             block.set_expert(e, slot, *_linear_args(linear))

@@ -5,7 +5,8 @@
                              a share of the softmax and no value
     out = weights . v
 
-as transformers' eager Gemma 2 and gpt-oss attention compute them.
+as transformers' eager Gemma 2 and gpt-oss attention compute them. (gpt-oss's sinks also run natively in the
+layer stack, decode_math.inc attend_t, which is tested against this reference.)
 A row at position p reads keys max(0, p + 1 - window) .. p of its sequence and nothing else: no padding to the
 batch's longest context and no causal mask over a chunk, so every matmul's shape -- and so its rounding --
 depends on the row alone. A token's attention is the same bits in a prefill chunk, in a decode batch of any

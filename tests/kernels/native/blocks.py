@@ -1,6 +1,6 @@
 """Random GGUF block matrices and their float32 values, for the native kernel tests.
 
-Q4_0/Q4_1/Q5_0/Q8_0 come from gguf.quants.quantize (the reference converter). gguf-py cannot quantize
+Q4_0/Q4_1/Q5_0/Q8_0/MXFP4 come from gguf.quants.quantize (the reference converter). gguf-py cannot quantize
 the k-quants, so Q4_K/Q6_K rows are random bytes with their f16 scale fields set to small finite
 values: every bit pattern of the quantized fields is a valid block, and gguf.quants.dequantize gives
 the reference values.
@@ -11,7 +11,8 @@ import numpy as np
 from gguf import GGMLQuantizationType as Q
 from gguf import quants
 
-BLOCK = {Q.Q4_0: (32, 18), Q.Q4_1: (32, 20), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34), Q.Q4_K: (256, 144), Q.Q6_K: (256, 210)}
+BLOCK = {Q.Q4_0: (32, 18), Q.Q4_1: (32, 20), Q.Q5_0: (32, 22), Q.Q8_0: (32, 34), Q.Q4_K: (256, 144), Q.Q6_K: (256, 210),
+         Q.MXFP4: (32, 17)}
 # byte offsets of the f16 fields inside a k-quant block
 _F16_FIELDS = {Q.Q4_K: (0, 2), Q.Q6_K: (208,)}
 

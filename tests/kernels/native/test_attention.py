@@ -50,15 +50,23 @@ def int8_queries(q: torch.Tensor) -> torch.Tensor:
     return torch.where(scale > 0, torch.round(q / scale), torch.zeros_like(q)) * scale
 
 
+def with_sinks(scores: torch.Tensor, sinks: torch.Tensor | None) -> torch.Tensor:
+    """softmax over each row of scores, or over [scores, sink] with the sink's share dropped (gpt-oss)."""
+    if sinks is None:
+        return torch.softmax(scores, dim=-1)
+    return torch.softmax(torch.cat([scores, sinks.to(scores.dtype)[:, None]], dim=-1), dim=-1)[:, :-1]
+
+
 def int8_attention(q: torch.Tensor, keys: torch.Tensor, v_cache: torch.Tensor, order: torch.Tensor, kvh: int,
-                   n: int, start: int, scale: float, block: int = 128) -> torch.Tensor:
+                   n: int, start: int, scale: float, block: int = 128, sinks: torch.Tensor | None = None
+                   ) -> torch.Tensor:
     """Attention against an int8 KV cache as decode_math.inc defines it, in float64: int8 queries; for each
     128 positions of the sequence (counted from position 0), the weights times the V rows' scales rounded
     to int16 steps of their largest / 32767, times the V rows' integers (attend_query_q8.inc)."""
     rows = torch.stack([v_cache[order[p // BLOCK], p % BLOCK, kvh] for p in range(n)])[start:]
     D = rows.shape[1] - 4
     ints, row_scales = rows[:, :D].double(), rows[:, D:].contiguous().view(torch.float32).double()[:, 0]
-    p = torch.softmax(int8_queries(q).double() @ keys.double().T * scale, dim=-1)
+    p = with_sinks(int8_queries(q).double() @ keys.double().T * scale, sinks)
     out = torch.zeros(q.shape[0], D, dtype=torch.float64)
     for b0 in range(start // block * block, n, block):
         lo, hi = max(b0, start) - start, min(b0 + block, n) - start
@@ -93,6 +101,39 @@ def test_every_path_has_the_portable_bits(fmt, G, D, n, start, seed):
     else:
         exact = torch.softmax(q.double() @ keys.double().T * D ** -0.5, dim=-1) @ values.double()
         assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=1e-5)
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.sampled_from(["float32", "bfloat16", "int8"]), st.sampled_from([1, 3, 8, 9, 16]), st.sampled_from([8, 64]),
+       st.integers(1, 70), st.integers(0, 69), st.floats(-4.0, 8.0), st.integers(0, 2**16))
+def test_sinks_join_each_softmax_with_the_portable_bits(fmt, G, D, n, start, level, seed):
+    """gpt-oss's attention sinks: each head's logit joins its softmax (the max and the total, no value):
+    the portable bits on every path, one row or several, and softmax([q k^T, sink])[:-1] v within rounding.
+    `level` moves the sinks from well below the scores to well above them (the max is then a sink's)."""
+    start = min(start, n - 1)
+    gen = torch.Generator().manual_seed(seed)
+    kv_heads, kvh = 2, seed % 2
+    order = torch.randperm(n // BLOCK + 3, generator=gen)[: -(-n // BLOCK)]
+    k = paged(torch.randn(n, D, generator=gen) * 3, fmt, order, kvh, kv_heads)
+    v = paged(torch.randn(n, D, generator=gen), fmt, order, kvh, kv_heads)
+    q = torch.randn(G, D, generator=gen)
+    sinks = torch.randn(G, generator=gen) + level
+    reference = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, "scalar", sinks)
+    for isa in native.isas():
+        out = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, isa, sinks)
+        assert torch.equal(out.view(torch.int32), reference.view(torch.int32)), isa
+        rows = native._attend_rows(torch.stack([q, q.flip(0)]), k, v, order, kvh, torch.tensor([start, 0]),
+                                   torch.tensor([n, n]), D ** -0.5, isa, sinks)
+        assert torch.equal(rows[0].view(torch.int32), reference.view(torch.int32)), isa
+    keys, values = (dequantized(c, order, kvh, n, D)[start:] for c in (k, v))
+    if fmt == "int8":
+        exact = int8_attention(q, keys, v, order, kvh, n, start, D ** -0.5, sinks=sinks.double())
+        assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=2e-4)
+    else:
+        exact = with_sinks(q.double() @ keys.double().T * D ** -0.5, sinks.double()) @ values.double()
+        assert torch.allclose(reference.double(), exact, rtol=1e-4, atol=1e-5)
+    plain = native._attend(q, k, v, order, kvh, start, n, D ** -0.5, "scalar")
+    assert not torch.equal(plain, reference)        # the sinks took their share
 
 
 def test_scores_past_fast_exp_clamp_and_equal_maxima():

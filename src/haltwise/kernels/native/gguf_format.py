@@ -24,7 +24,8 @@ from haltwise.kernels.host import HostInfo
 from haltwise.kernels.native import build
 from haltwise.kernels.native.repack import X8, repack_x8
 
-SUPPORTED = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K)
+# MXFP4 (gpt-oss's experts): exact integer dots of the doubled e2m1 values (csrc/quant_kernels.h)
+SUPPORTED = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.MXFP4)
 TOLERANCE = 0.02
 
 
@@ -38,7 +39,7 @@ class PreparedBlocks:
 
 def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlocks:
     """Shards -> contiguous uint8 tensors; neighbouring shards of one qtype are merged (one kernel run),
-    and every run of a type with X8 records (all SUPPORTED types) regrouped 8 rows at a time (repack.py)
+    and every run of a type with X8 records (every SUPPORTED type but MXFP4) regrouped 8 rows at a time (repack.py)
     unless interleave is False."""
     if not source.gguf:
         raise Unsupported("no raw GGUF blocks for this weight (not loaded from a GGUF file)")
@@ -85,7 +86,8 @@ def _records(source: LinearSource, run: int, parts: list[np.ndarray], qtype: Q) 
 class GGUFNative(LinearFormat):
     """Raw GGUF blocks x q8 activations, AVX2 or portable kernels picked from what the CPU reports."""
 
-    name, tolerance, exact, version = "gguf-q8-native", TOLERANCE, False, 4   # 4: Q4_K / Q6_K X8 records
+    # version 4: Q4_K / Q6_K X8 records; 5: MXFP4 blocks
+    name, tolerance, exact, version = "gguf-q8-native", TOLERANCE, False, 5
     batch_invariant = True
 
     def error_bound(self, x: torch.Tensor, weight: torch.Tensor, abs_dot: torch.Tensor) -> torch.Tensor:

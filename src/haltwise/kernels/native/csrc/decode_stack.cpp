@@ -4,6 +4,7 @@
 //
 //     x = norm(h); qkv = x W_qkv (+ b); [q/k head norms]; rope(q, k); cache[slot] = k, v   (every row)
 //     a = attention(q, cache in place over [start, len) of the row's sequence)             (every row)
+//         [gpt-oss: each head's sink logit joins its softmax's max and total]
 //     o = a W_o; [o = norm(o)]; h += o
 //     x = norm(h); g, u = x W_gate_up; m = act(g) * u; d = m W_down; [d = norm(d)]; h += d
 //                  (an MoE layer: d = the MoE block's output for x, moe_block.cpp)
@@ -45,6 +46,7 @@ namespace {
 struct StackLayer {
   std::vector<torch::Tensor> norms;     // input, post-attention[, pre-feedforward, post-feedforward]
   std::vector<torch::Tensor> qk_norms;  // q, k head norms, or empty
+  torch::Tensor sinks;                  // (heads,) attention sink logits (gpt-oss), or undefined
   int64_t window = 0;                   // 0 = full context
   bool local_rope = false;
   float scale = 1.0f;
@@ -74,9 +76,10 @@ class DecodeStack {
   }
 
   void add_layer(const std::vector<torch::Tensor>& norms, const std::vector<torch::Tensor>& qk_norms,
-                 int64_t window, bool local_rope, double scale) {
+                 int64_t window, bool local_rope, double scale, const torch::Tensor& sinks) {
     TORCH_CHECK(norms.size() == (sandwich_ ? 4u : 2u), "haltwise native: wrong number of layer norms");
     StackLayer layer;
+    if (sinks.defined() && sinks.numel()) layer.sinks = float_vector(sinks, H_);
     for (const auto& n : norms) layer.norms.push_back(float_vector(n, hidden_));
     for (const auto& n : qk_norms) layer.qk_norms.push_back(float_vector(n, D_));
     layer.window = window;
@@ -206,8 +209,9 @@ class DecodeStack {
           const RowTile& tile = layer_tiles[num_tiles - 1 - task / KVH_];
           const int64_t t = tile.first, kvh = task % KVH_;
           m.attend_rows(qp + t * width + kvh * G * D_, width, tile.rows, G, kcp, vcp, kv_format, tables + t * nb,
-                        block_size, KVH_, kvh, D_, starts.data() + t, lens + t, scale, ap + t * q_size + kvh * G * D_,
-                        q_size, mine);
+                        block_size, KVH_, kvh, D_, starts.data() + t, lens + t, scale,
+                        L.sinks.defined() ? L.sinks.data_ptr<float>() + kvh * G : nullptr,
+                        ap + t * q_size + kvh * G * D_, q_size, mine);
         }
       });
       beats_.fetch_add(1, std::memory_order_relaxed);

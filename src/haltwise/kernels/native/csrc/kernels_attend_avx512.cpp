@@ -29,9 +29,9 @@ namespace {
 void attend_rows_avx512(const float* q, int64_t ldq_row, int64_t rows, int64_t G, const void* k_cache,
                         const void* v_cache, int kv_format, const int64_t* blocks, int64_t block_size,
                         int64_t kv_heads, int64_t kvh, int64_t D, const int64_t* starts, const int64_t* lens,
-                        float scale, float* out, int64_t ldo_row, float* scratch) {
+                        float scale, const float* sinks, float* out, int64_t ldo_row, float* scratch) {
   attend_rows_avx2(q, ldq_row, rows, G, k_cache, v_cache, kv_format, blocks, block_size, kv_heads, kvh, D, starts,
-                   lens, scale, out, ldo_row, scratch);
+                   lens, scale, sinks, out, ldo_row, scratch);
 }
 
 }  // namespace haltwise_native

@@ -175,6 +175,38 @@ struct Q6_KF {
   }
 };
 
+// MXFP4 rows (quant_kernels.h): each block's codes through a byte lookup (pshufb) into the doubled e2m1
+// integers, their exact dot with the q8 row (sign trick, maddubs, madd: |12 * 127 * 2| fits int16), summed
+// as integers; then the scalar path's float operations in its order, so the bits are the scalar path's.
+inline int32_t hsum_i32(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+  return _mm_cvtsi128_si32(s);
+}
+
+void rows_mxfp4(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
+  const int64_t nb = x.K / QK;
+  const __m128i values = _mm_loadu_si128((const __m128i*)kMxfp4Values);
+  const __m256i lut = _mm256_set_m128i(values, values), ones = _mm256_set1_epi16(1);
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    for (int64_t m = 0; m < x.M; ++m) {
+      const int8_t* xq = x.q + m * x.K;
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * kMxfp4Bytes;
+        const __m256i v = _mm256_shuffle_epi8(lut, nibbles(blk + 1));       // inputs 0..15, then 16..31
+        const __m256i xs = load32(xq + b * QK);
+        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xs, v));
+        const int32_t isum = hsum_i32(_mm256_madd_epi16(pairs, ones));
+        acc += (x.d[m * nb + b] * mxfp4_scale(blk[0])) * (float)isum;
+      }
+      y[m * ldy + n] = acc;
+    }
+  }
+}
+
 // --- drivers ---
 
 template <class F, int MT>
@@ -263,6 +295,7 @@ const KernelTable& avx2_kernels() {
       "avx2", quantize_avx2, rows<Q4_0F>, rows<Q4_1F>, rows<Q5_0F>, rows<Q8_0F>, rows<Q4_KF>, rows<Q6_KF>,
       q4_0x8_rows_avx2, q4_1x8_rows_avx2, q8_0x8_rows_avx2, q5_0x8_rows_avx2, q4_kx8_rows_avx2, q6_kx8_rows_avx2,
       {rms_norm_rows_impl, rope_rows_impl, attend_rows_avx2, store_kv_impl, gated_rows_avx2, dense_rows_impl, argmax_avx2},
+      rows_mxfp4,
   };
   return table;
 }

@@ -7,6 +7,7 @@
 //     gu (P rows of 2 I_g), mid (P rows of I_g), y (P rows of hidden): group g's rows contiguous
 #include "moe_block.h"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -48,6 +49,16 @@ void run_task(const StackLinear& l, int64_t bucket, const KernelTable& table, co
   }
 }
 
+// gpt-oss's expert activation of one row, models/moe.py ClampedGluExpert's operations in its order:
+// y[i] = (clamp(u, -limit, limit) + 1) * (g' * sigmoid(g' alpha)), g' = min(g, limit); gate g = gu[0, I),
+// up u = gu[I, 2I). Compiled once (this file has no ISA variants), so every ISA path gets these bits.
+void clamped_glu(const float* gu, int64_t I, float alpha, float limit, float* y) {
+  for (int64_t i = 0; i < I; ++i) {
+    const float g = std::min(gu[i], limit), u = std::min(std::max(gu[I + i], -limit), limit);
+    y[i] = (u + 1.0f) * (g * (1.0f / (1.0f + std::exp(-(g * alpha)))));
+  }
+}
+
 std::unique_ptr<float[]> floats(int64_t n) { return std::unique_ptr<float[]>(new float[std::max<int64_t>(n, 1)]); }
 
 }  // namespace
@@ -60,15 +71,24 @@ MoeBlock::MoeBlock(int64_t hidden, int64_t experts, int64_t top_k, bool norm_top
               "haltwise native: an MoE block needs 0 < top_k <= experts, row buckets, hidden % 8 == 0");
 }
 
-void MoeBlock::set_router(const torch::Tensor& weight, const torch::Tensor& shared_gate) {
+void MoeBlock::set_router(const torch::Tensor& weight, const torch::Tensor& shared_gate, const torch::Tensor& bias,
+                          bool topk_first) {
   TORCH_CHECK(weight.dim() == 2 && weight.size(0) == E_ && weight.size(1) == H_,
               "haltwise native: the router weight must be (experts, hidden)");
+  router_bias_ = bias.defined() && bias.numel() ? float_vector(bias, E_) : torch::Tensor();
+  topk_first_ = topk_first;
   shared_ = shared_gate.defined() && shared_gate.numel() > 0;
   // The shared expert's gate is one more output row of the same row-local product.
   router_ = shared_ ? torch::cat({weight.detach().to(torch::kFloat32), float_vector(shared_gate, H_).view({1, H_})})
                     : weight.detach().to(torch::kFloat32);
   router_ = router_.contiguous();
   experts_.resize(E_ + (shared_ ? 1 : 0));
+}
+
+void MoeBlock::set_clamped_glu(double alpha, double limit) {
+  clamped_ = true;
+  alpha_ = (float)alpha;
+  limit_ = (float)limit;
 }
 
 void MoeBlock::set_expert(int64_t expert, int64_t slot, const std::vector<torch::Tensor>& weights,
@@ -101,14 +121,18 @@ int64_t MoeBlock::bucket_of(int64_t rows) const {
 }
 
 // One row: softmax over the E logits, the k largest (equal: the lower index), their weights (renormalised when
-// norm_), written in ascending expert index.
+// norm_), written in ascending expert index. topk_first_ (gpt-oss): the k largest logits, their softmax.
 void MoeBlock::route(const float* logits, int64_t* picked, float* weights) const {
   std::vector<float> p(E_);
-  float top = logits[0];
-  for (int64_t e = 1; e < E_; ++e) top = logits[e] > top ? logits[e] : top;
-  float total = 0.0f;
-  for (int64_t e = 0; e < E_; ++e) total += (p[e] = std::exp(logits[e] - top));
-  for (int64_t e = 0; e < E_; ++e) p[e] /= total;
+  if (topk_first_) {
+    std::copy(logits, logits + E_, p.begin());
+  } else {
+    float top = logits[0];
+    for (int64_t e = 1; e < E_; ++e) top = logits[e] > top ? logits[e] : top;
+    float total = 0.0f;
+    for (int64_t e = 0; e < E_; ++e) total += (p[e] = std::exp(logits[e] - top));
+    for (int64_t e = 0; e < E_; ++e) p[e] /= total;
+  }
   std::vector<bool> taken(E_, false);
   std::vector<int64_t> order(k_);            // by falling probability, as torch.topk returns them
   float sum = 0.0f;
@@ -120,11 +144,16 @@ void MoeBlock::route(const float* logits, int64_t* picked, float* weights) const
     order[j] = best;
     sum += p[best];
   }
+  if (topk_first_) {              // softmax over the k picked logits, in falling order (order[0] is the max)
+    sum = 0.0f;
+    for (int64_t i = 0; i < k_; ++i) sum += (p[order[i]] = std::exp(logits[order[i]] - logits[order[0]]));
+    for (int64_t i = 0; i < k_; ++i) p[order[i]] /= sum;
+  }
   int64_t j = 0;
   for (int64_t e = 0; e < E_; ++e) {
     if (!taken[e]) continue;
     picked[j] = e;
-    weights[j++] = norm_ ? p[e] / sum : p[e];
+    weights[j++] = norm_ && !topk_first_ ? p[e] / sum : p[e];
   }
 }
 
@@ -133,6 +162,7 @@ void MoeBlock::forward(const float* x, int64_t T, int64_t bucket, float* out) co
   if (T == 0) return;
   std::vector<float> logits(T * R);
   run_dense(router_.data_ptr<float>(), R, H_, table_, x, T, logits.data());
+  if (router_bias_.defined()) add_bias(router_bias_.data_ptr<float>(), logits.data(), T, E_, R);
   std::vector<int64_t> picked(P), count(E_, 0), row(P), token(rows_all);
   std::vector<float> weight(P);
   for (int64_t t = 0; t < T; ++t) {
@@ -203,7 +233,11 @@ void MoeBlock::forward(const float* x, int64_t T, int64_t bucket, float* out) co
       float* m = mid.get() + g.mid_at + (r - g.first) * g.width;
       float* gur = gu.get() + g.gu_at + (r - g.first) * 2 * g.width;
       if (g.up->bias.defined()) add_bias(g.up->bias.data_ptr<float>(), gur, 1, g.up->N, g.up->N);
-      table_.math.gated_rows(gur, 1, g.width, (int)act_, m);
+      if (clamped_) {
+        clamped_glu(gur, g.width, alpha_, limit_, m);
+      } else {
+        table_.math.gated_rows(gur, 1, g.width, (int)act_, m);
+      }
       if (g.down->native_bucket[g.bucket]) (r < P ? routed_q : shared_q).quantize_row(table_, m, r < P ? r : r - P);
     }
   });
@@ -252,6 +286,7 @@ void register_moe_block(pybind11::module_& m) {
       .def(pybind11::init<int64_t, int64_t, int64_t, bool, int64_t, const std::vector<int64_t>&,
                           const std::string&>())
       .def("set_router", &MoeBlock::set_router)
+      .def("set_clamped_glu", &MoeBlock::set_clamped_glu)
       .def("set_expert", &MoeBlock::set_expert)
       .def("run", &MoeBlock::run, pybind11::call_guard<pybind11::gil_scoped_release>());
 }

@@ -7,6 +7,9 @@
 //               run once on its rows: g, u = x W_gate_up; m = act(g) * u; y = m W_down
 //     combine   out[t] = 0 + p_e1 y_e1 + p_e2 y_e2 + ... over t's experts in ascending expert index
 //     shared    out[t] += sigmoid(x w_g) * shared_expert(x)   (qwen2moe; all rows, after the routed sum)
+//     gpt-oss   logits + b_r; the top-k logits (equal: the lower index), softmax over those k; experts with
+//               biases and the clamped GLU: g = min(g, limit), u = clamp(u, +-limit),
+//               m = (u + 1) * g * sigmoid(alpha g)   (act kClampedGlu, set_clamped_glu)
 //
 // Batch invariance: the router, softmax and top-k of a row read that row alone; every expert row is computed
 // by the dense linears' own per-row kernels (a row's q8 quantization, one fixed-order dot product per output),
@@ -30,8 +33,12 @@ class MoeBlock {
   MoeBlock(int64_t hidden, int64_t experts, int64_t top_k, bool norm_topk_prob, int64_t act,
            const std::vector<int64_t>& buckets, const std::string& isa);
 
-  // weight (E, hidden) float32; shared_gate (hidden,) or empty (no shared expert).
-  void set_router(const torch::Tensor& weight, const torch::Tensor& shared_gate);
+  // weight (E, hidden) float32; shared_gate (hidden,) or empty (no shared expert); bias (E,) or empty.
+  // topk_first: the top-k of the (biased) logits, then softmax over those k (gpt-oss); else softmax first.
+  void set_router(const torch::Tensor& weight, const torch::Tensor& shared_gate, const torch::Tensor& bias,
+                  bool topk_first);
+  // The experts' activation is gpt-oss's clamped GLU (moe_block.cpp clamped_glu) with these constants.
+  void set_clamped_glu(double alpha, double limit);
   // Linear `slot` (0 gate_up, 1 down) of expert `expert`; expert == E sets the shared expert.
   void set_expert(int64_t expert, int64_t slot, const std::vector<torch::Tensor>& weights,
                   const std::vector<int64_t>& qtypes, const std::vector<int64_t>& rows, const torch::Tensor& dense,
@@ -58,6 +65,10 @@ class MoeBlock {
   std::vector<int64_t> buckets_;
   const KernelTable& table_;
   torch::Tensor router_;           // (E [+ 1 shared gate row], hidden) float32
+  torch::Tensor router_bias_;      // (E,) float32 or undefined
+  bool topk_first_ = false;
+  bool clamped_ = false;           // the clamped GLU in place of act_
+  float alpha_ = 0.0f, limit_ = 0.0f;
   std::vector<Expert> experts_;    // E routed [+ the shared expert]
   bool shared_ = false;
 };

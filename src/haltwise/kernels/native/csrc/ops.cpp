@@ -50,6 +50,7 @@ RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
     case Q8_0: k = t.q8_0; fallback = s.q8_0; break;
     case Q4_K: k = t.q4_k; fallback = s.q4_k; break;
     case Q6_K: k = t.q6_k; fallback = s.q6_k; break;
+    case MXFP4: k = t.mxfp4; fallback = s.mxfp4; break;
     case Q4_0X8: k = t.q4_0x8; fallback = s.q4_0x8; break;
     case Q4_1X8: k = t.q4_1x8; fallback = s.q4_1x8; break;
     case Q8_0X8: k = t.q8_0x8; fallback = s.q8_0x8; break;
@@ -77,6 +78,7 @@ std::pair<int64_t, int64_t> block_shape(int64_t qtype) {
     case Q8_0: return {32, 34};
     case Q4_K: return {256, 144};
     case Q6_K: return {256, 210};
+    case MXFP4: return {32, kMxfp4Bytes};
     case Q4_0X8: return {32, 144};    // per group of 8 rows
     case Q4_1X8: return {32, 160};
     case Q8_0X8: return {32, 272};

@@ -9,7 +9,23 @@
 namespace haltwise_native {
 
 // GGUF block formats, numbered as ggml's GGMLQuantizationType.
-enum QType : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14 };
+enum QType : int { Q4_0 = 2, Q4_1 = 3, Q5_0 = 6, Q8_0 = 8, Q4_K = 12, Q6_K = 14, MXFP4 = 39 };
+
+// MXFP4 (gpt-oss's experts): blocks of 32 inputs in 17 bytes, an e8m0 byte e then 16 bytes of 4-bit e2m1
+// codes (input i the low nibble of byte i, input 16 + i its high nibble). Doubled, the e2m1 values are the
+// integers kMxfp4Values (the half goes into the scale), so w = 2^(e - 128) * kMxfp4Values[code] exactly and
+// a block's dot with q8 activations is an exact integer sum: acc += (x_d * 2^(e - 128)) * isum, block after
+// block. Every ISA path does those float operations, in that order (scalar ones): the same bits.
+constexpr int kMxfp4Bytes = 17;
+constexpr int8_t kMxfp4Values[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// 2^(e - 128) as float32 (e = 0, 1: the subnormals 2^-128, 2^-127), as gguf/dequant.py decodes it.
+static inline float mxfp4_scale(uint8_t e) {   // static: each kernel file its own copy
+  const uint32_t bits = e < 2 ? 0x00200000u << e : (uint32_t)(e - 1) << 23;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
 
 // Row-interleaved variants (codes 1000 + qtype): the same blocks, regrouped 8 output rows at a time
 // so one 32-bit lane of a 256-bit register holds one row (see repack.py). Per group of 8 rows and
@@ -102,11 +118,12 @@ struct MathKernels {
                         int64_t ldy, int64_t rows, int64_t dim);
   void (*rope_rows)(float* x, int64_t ld, int64_t heads, const float* cos, const float* sin, int64_t D);
   // Paged attention of `rows` rows of one sequence (decode_math.inc attend_rows_impl): each row gets
-  // attend_t's values for it alone (a decode row is one row).
+  // attend_t's values for it alone (a decode row is one row). sinks: kv head kvh's G query heads' sink
+  // logits (gpt-oss), or null.
   void (*attend_rows)(const float* q, int64_t ldq_row, int64_t rows, int64_t G, const void* k_cache,
                       const void* v_cache, int kv_format, const int64_t* blocks, int64_t block_size,
                       int64_t kv_heads, int64_t kvh, int64_t D, const int64_t* starts, const int64_t* lens,
-                      float scale, float* out, int64_t ldo_row, float* scratch);
+                      float scale, const float* sinks, float* out, int64_t ldo_row, float* scratch);
   // Store rows [0, rows) of x (rows of D float32, ldx apart) as cache rows dst_rows[i] in `kv_format`.
   void (*store_kv)(const float* x, int64_t ldx, int64_t rows, void* cache, int kv_format, const int64_t* dst_rows,
                    int64_t D);
@@ -126,6 +143,7 @@ struct KernelTable {
   RowsKernel q4_0, q4_1, q5_0, q8_0, q4_k, q6_k;
   RowsKernel q4_0x8, q4_1x8, q8_0x8, q5_0x8, q4_kx8, q6_kx8;
   MathKernels math;
+  RowsKernel mxfp4;      // MXFP4 blocks (last: a table that leaves it out runs the scalar one)
 };
 
 // The K-quant row-interleaved kernels of the scalar path (kernels_kx8_scalar.cpp), RowsKernel's contract;
@@ -155,7 +173,7 @@ HALTWISE_X8_KERNELS(avxvnni)
 void attend_rows_avx512(const float* q, int64_t ldq_row, int64_t rows, int64_t G, const void* k_cache,
                         const void* v_cache, int kv_format, const int64_t* blocks, int64_t block_size,
                         int64_t kv_heads, int64_t kvh, int64_t D, const int64_t* starts, const int64_t* lens,
-                        float scale, float* out, int64_t ldo_row, float* scratch);
+                        float scale, const float* sinks, float* out, int64_t ldo_row, float* scratch);
 #endif
 
 const KernelTable& scalar_kernels();

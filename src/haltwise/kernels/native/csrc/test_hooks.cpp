@@ -39,12 +39,20 @@ int checked_attend_format(const torch::Tensor& q, const torch::Tensor& k_cache, 
   return format;
 }
 
+// The G sink logits of a hook's optional `sinks` ((G,) float32: kv head kvh's query heads'), or null.
+const float* sink_logits(const c10::optional<torch::Tensor>& sinks, int64_t G) {
+  if (!sinks.has_value()) return nullptr;
+  TORCH_CHECK(sinks->scalar_type() == torch::kFloat32 && sinks->is_contiguous() && sinks->numel() == G,
+              "haltwise native: sinks must be (G,) contiguous float32");
+  return sinks->data_ptr<float>();
+}
+
 // Test hook: the decode stack's paged attention of one row (MathKernels::attend_rows) on one ISA path. q
-// (G, D) float32, the query heads of kv head `kvh`; caches (blocks, block_size, KVH, D) float32 / bfloat16
+// (G, D) float32, the query heads of kv head `kvh` (sinks: their (G,) sink logits, or None); caches (blocks, block_size, KVH, D) float32 / bfloat16
 // or (.., D + 4) int8; blocks: the sequence's block table. Positions [start, len) -> (G, D).
 torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                      const torch::Tensor& blocks, int64_t kvh, int64_t start, int64_t len, double scale,
-                     const std::string& isa) {
+                     const std::string& isa, const c10::optional<torch::Tensor>& sinks) {
   const int format = checked_attend_format(q, k_cache, v_cache, blocks, kvh, start, len);
   const int64_t D = q.size(1), G = q.size(0), block_size = k_cache.size(1), KVH = k_cache.size(2);
   const torch::Tensor qc = q.contiguous(), kc = k_cache.contiguous(), vc = v_cache.contiguous();
@@ -53,7 +61,7 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const
   std::vector<float> scratch(attend_scratch_floats(G, len - start, D));
   table_for(isa).math.attend_rows(qc.data_ptr<float>(), G * D, 1, G, kc.data_ptr(), vc.data_ptr(), format,
                                   bc.data_ptr<int64_t>(), block_size, KVH, kvh, D, &start, &len, (float)scale,
-                                  out.data_ptr<float>(), G * D, scratch.data());
+                                  sink_logits(sinks, G), out.data_ptr<float>(), G * D, scratch.data());
   return out;
 }
 
@@ -62,7 +70,8 @@ torch::Tensor attend(const torch::Tensor& q, const torch::Tensor& k_cache, const
 // -> (rows, G, D).
 torch::Tensor attend_rows(const torch::Tensor& q, const torch::Tensor& k_cache, const torch::Tensor& v_cache,
                           const torch::Tensor& blocks, int64_t kvh, const torch::Tensor& starts,
-                          const torch::Tensor& lens, double scale, const std::string& isa) {
+                          const torch::Tensor& lens, double scale, const std::string& isa,
+                          const c10::optional<torch::Tensor>& sinks) {
   TORCH_CHECK(q.dim() == 3 && starts.scalar_type() == torch::kLong && lens.scalar_type() == torch::kLong &&
               starts.numel() == q.size(0) && lens.numel() == q.size(0) && q.size(0) >= 1,
               "haltwise native: attend_rows takes q (rows, G, D) and one int64 start and length per row");
@@ -81,7 +90,8 @@ torch::Tensor attend_rows(const torch::Tensor& q, const torch::Tensor& k_cache, 
   std::vector<float> scratch(attend_scratch_floats(rows * G, hi - lo, D));
   table_for(isa).math.attend_rows(qc.data_ptr<float>(), G * D, rows, G, kc.data_ptr(), vc.data_ptr(), format,
                                   bc.data_ptr<int64_t>(), kc.size(1), kc.size(2), kvh, D, s.data_ptr<int64_t>(),
-                                  l.data_ptr<int64_t>(), (float)scale, out.data_ptr<float>(), G * D, scratch.data());
+                                  l.data_ptr<int64_t>(), (float)scale, sink_logits(sinks, G), out.data_ptr<float>(),
+                                  G * D, scratch.data());
   return out;
 }
 
@@ -93,10 +103,11 @@ void register_test_hooks(pybind11::module_& m) {
   m.def("_attend", &haltwise_native::attend, "test hook: the decode stack's paged attention on one ISA path",
         pybind11::arg("q"), pybind11::arg("k_cache"), pybind11::arg("v_cache"), pybind11::arg("blocks"),
         pybind11::arg("kvh"), pybind11::arg("start"), pybind11::arg("len"), pybind11::arg("scale"),
-        pybind11::arg("isa") = "auto");
+        pybind11::arg("isa") = "auto", pybind11::arg("sinks") = pybind11::none());
   m.def("_attend_rows", &haltwise_native::attend_rows, "test hook: MathKernels::attend_rows on one ISA path",
         pybind11::arg("q"), pybind11::arg("k_cache"), pybind11::arg("v_cache"), pybind11::arg("blocks"),
-        pybind11::arg("kvh"), pybind11::arg("starts"), pybind11::arg("lens"), pybind11::arg("scale"), pybind11::arg("isa"));
+        pybind11::arg("kvh"), pybind11::arg("starts"), pybind11::arg("lens"), pybind11::arg("scale"), pybind11::arg("isa"),
+        pybind11::arg("sinks") = pybind11::none());
 }
 
 }  // namespace haltwise_native
