@@ -186,25 +186,14 @@ inline int32_t hsum_i32(__m256i v) {
 }
 
 void rows_mxfp4(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  const int64_t nb = x.K / QK;
   const __m128i values = _mm_loadu_si128((const __m128i*)kMxfp4Values);
   const __m256i lut = _mm256_set_m128i(values, values), ones = _mm256_set1_epi16(1);
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = w + n * row_bytes;
-    for (int64_t m = 0; m < x.M; ++m) {
-      const int8_t* xq = x.q + m * x.K;
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = row + b * kMxfp4Bytes;
-        const __m256i v = _mm256_shuffle_epi8(lut, nibbles(blk + 1));       // inputs 0..15, then 16..31
-        const __m256i xs = load32(xq + b * QK);
-        const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xs, v));
-        const int32_t isum = hsum_i32(_mm256_madd_epi16(pairs, ones));
-        acc += (x.d[m * nb + b] * mxfp4_scale(blk[0])) * (float)isum;
-      }
-      y[m * ldy + n] = acc;
-    }
-  }
+  mxfp4_rows(w, row_bytes, x, y, ldy, n0, n1, [&](const uint8_t* blk, const int8_t* xq) {
+    const __m256i v = _mm256_shuffle_epi8(lut, nibbles(blk + 1));       // inputs 0..15, then 16..31
+    const __m256i xs = load32(xq);
+    const __m256i pairs = _mm256_maddubs_epi16(_mm256_sign_epi8(v, v), _mm256_sign_epi8(xs, v));
+    return hsum_i32(_mm256_madd_epi16(pairs, ones));
+  });
 }
 
 // --- drivers ---

@@ -187,24 +187,14 @@ void rows_x8(const uint8_t* w, int64_t group_bytes, const ActQ8& x, float* y, in
 
 // MXFP4 rows (quant_kernels.h states the arithmetic every path shares).
 void rows_mxfp4(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy, int64_t n0, int64_t n1) {
-  const int64_t nb = x.K / QK;
-  for (int64_t n = n0; n < n1; ++n) {
-    const uint8_t* row = w + n * row_bytes;
-    for (int64_t m = 0; m < x.M; ++m) {
-      const int8_t* xq = x.q + m * x.K;
-      float acc = 0.0f;
-      for (int64_t b = 0; b < nb; ++b) {
-        const uint8_t* blk = row + b * kMxfp4Bytes;
-        int32_t isum = 0;
-        for (int i = 0; i < 16; ++i) {
-          isum += (int32_t)kMxfp4Values[blk[1 + i] & 0x0F] * xq[b * QK + i];
-          isum += (int32_t)kMxfp4Values[blk[1 + i] >> 4] * xq[b * QK + 16 + i];
-        }
-        acc += (x.d[m * nb + b] * mxfp4_scale(blk[0])) * (float)isum;
-      }
-      y[m * ldy + n] = acc;
+  mxfp4_rows(w, row_bytes, x, y, ldy, n0, n1, [](const uint8_t* blk, const int8_t* xq) {
+    int32_t isum = 0;
+    for (int i = 0; i < 16; ++i) {
+      isum += (int32_t)kMxfp4Values[blk[1 + i] & 0x0F] * xq[i];
+      isum += (int32_t)kMxfp4Values[blk[1 + i] >> 4] * xq[16 + i];
     }
-  }
+    return isum;
+  });
 }
 
 void quantize_scalar(const float* x, int64_t K, int8_t* q, float* d, float* s, int64_t m0, int64_t m1) {

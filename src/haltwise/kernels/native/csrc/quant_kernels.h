@@ -58,6 +58,25 @@ struct ActQ8 {
   const int32_t* qsum16x32;  // (M, K / 16) 32 * sum(q) of each 16 inputs, exact (Q6_K records, 512-bit path)
 };
 
+// The MXFP4 row loop every path shares: block_sum(blk, xq) is a block's exact integer sum, the rest the
+// float operations stated at kMxfp4Values, in their order. Each kernel file passes its own block_sum.
+template <class BlockSum>
+static inline void mxfp4_rows(const uint8_t* w, int64_t row_bytes, const ActQ8& x, float* y, int64_t ldy,
+                              int64_t n0, int64_t n1, BlockSum block_sum) {
+  const int64_t nb = x.K / QK;
+  for (int64_t n = n0; n < n1; ++n) {
+    const uint8_t* row = w + n * row_bytes;
+    for (int64_t m = 0; m < x.M; ++m) {
+      float acc = 0.0f;
+      for (int64_t b = 0; b < nb; ++b) {
+        const uint8_t* blk = row + b * kMxfp4Bytes;
+        acc += (x.d[m * nb + b] * mxfp4_scale(blk[0])) * (float)block_sum(blk, x.q + m * x.K + b * QK);
+      }
+      y[m * ldy + n] = acc;
+    }
+  }
+}
+
 // Asks for `bytes` from p to be brought into L2 (prefetcht1 on x86; a hint, it never faults). The record
 // kernels fetch the next records with it while their first tile of activation rows runs on the current
 // ones: the later tiles read those from L2, but the first waited on DRAM (x8_pairs_zmm.inc has figures).
