@@ -31,7 +31,7 @@ from haltwise.models.moe import ClampedGluExpert, SparseMoE
 log = logging.getLogger("haltwise.models")
 NATIVE, DENSE = "gguf-q8-native", ("float32", "float32-native")   # formats the stack runs
 ACTIVATIONS = {"silu": 0, "gelu_pytorch_tanh": 1}
-CLAMPED_GLU = -1         # gpt-oss's experts (ClampedGluExpert): MoeBlock.set_clamped_glu, not an act code
+CLAMPED_GLU = -1         # gpt-oss's experts (ClampedGluExpert): MoeBlock.set_clamped_glu; the constructors get 0
 
 
 class NativeDecode:

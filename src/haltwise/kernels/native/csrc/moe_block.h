@@ -9,7 +9,7 @@
 //     shared    out[t] += sigmoid(x w_g) * shared_expert(x)   (qwen2moe; all rows, after the routed sum)
 //     gpt-oss   logits + b_r; the top-k logits (equal: the lower index), softmax over those k; experts with
 //               biases and the clamped GLU: g = min(g, limit), u = clamp(u, +-limit),
-//               m = (u + 1) * g * sigmoid(alpha g)   (act kClampedGlu, set_clamped_glu)
+//               m = (u + 1) * g * sigmoid(alpha g)   (set_clamped_glu: in place of act)
 //
 // Batch invariance: the router, softmax and top-k of a row read that row alone; every expert row is computed
 // by the dense linears' own per-row kernels (a row's q8 quantization, one fixed-order dot product per output),
