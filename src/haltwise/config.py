@@ -127,6 +127,9 @@ class EngineConfig:
     # decode-only steps; a request's tokens may then depend on its batch, chunking and cache hits.
     batch_invariant: bool = True
     kv_cache_dtype: str = "auto"        # one of KV_CACHE_DTYPES (--kv-cache-dtype)
+    # A MoE model's routed experts in memory or mapped from files: "auto", "mapped" or "resident"
+    # (--expert-weights; engine/expert_weights.py)
+    expert_weights: str = "auto"
     # Prompt-lookup speculative decoding (engine/speculation.py): at most this many n-gram draft tokens
     # verified per decode step; 0 = off. Exact: the tokens are those decoding without it gives. Runs only
     # where the steps are batch invariant (dtype auto); 2 measured fastest on SmolLM2 here (docs/benchmarks.md).
@@ -163,6 +166,8 @@ class EngineConfig:
             raise ValueError(f"dtype must be one of {list(ENGINE_DTYPES)}, got {self.dtype!r}")
         if self.kv_cache_dtype not in KV_CACHE_DTYPES:
             raise ValueError(f"kv_cache_dtype must be one of {list(KV_CACHE_DTYPES)}, got {self.kv_cache_dtype!r}")
+        if self.expert_weights not in ("auto", "mapped", "resident"):
+            raise ValueError(f"expert_weights must be auto, mapped or resident, got {self.expert_weights!r}")
         if isinstance(self.kv_cache_memory, str) and self.kv_cache_memory != "auto":
             raise ValueError(f"kv_cache_memory must be bytes or 'auto', got {self.kv_cache_memory!r}")
         if min(self.block_size, self.max_num_seqs, self.max_num_batched_tokens, self.long_prefill_chunk) < 1:

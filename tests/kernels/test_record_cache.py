@@ -5,6 +5,9 @@ others can write, a truncated or foreign file is never used; a model planned twi
 second time and computes the same bits.
 """
 import os
+import signal
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -159,3 +162,89 @@ def test_a_model_planned_again_maps_its_records_and_computes_the_same_bits(tmp_p
     assert not made, "the second plan regrouped instead of mapping the records"
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+def backing_inode(array: np.ndarray) -> int:
+    """The inode of the file mapped where `array`'s bytes lie (0: anonymous memory), from /proc/self/maps."""
+    address = array.__array_interface__["data"][0]
+    for line in open("/proc/self/maps"):
+        fields = line.split()
+        start, end = (int(a, 16) for a in fields[0].split("-"))
+        if start <= address < end:
+            return int(fields[4])
+    raise AssertionError("the address is in no mapping")
+
+
+def expert(name: str) -> bool:
+    return ".experts." in name
+
+
+def test_mapped_entries_are_the_file_on_every_start_the_rest_memory(tmp_path, any_size):
+    """A mapped entry is used from the record file as soon as it is made (first start) and on later starts;
+    the others are the process's own memory; both come back byte for byte."""
+    gguf = gguf_file(tmp_path)
+    first = RecordCache.for_model(gguf, mapped=expert)
+    made = {"mlp.experts.3.down_proj#0": records(16, 4100, 1), "lm_head#0": records(8, 272, 2)}
+    used = {name: first.put(name, "Q8_0:x", data, 1008) for name, data in made.items()}
+    saved(first)
+    inode = first.path.stat().st_ino
+    assert backing_inode(used["mlp.experts.3.down_proj#0"]) == inode
+    assert backing_inode(used["lm_head#0"]) == 0
+    second = RecordCache.for_model(gguf, mapped=expert)
+    for name, data in made.items():
+        got, code = second.get(name, "Q8_0:x")
+        assert code == 1008 and np.array_equal(got, data)
+        assert backing_inode(got) == (inode if expert(name) else 0), name
+
+
+def test_mapped_entries_with_the_cache_off_live_in_an_unnamed_file(tmp_path, monkeypatch):
+    monkeypatch.setenv("HALTWISE_RECORD_CACHE", "0")
+    cache = RecordCache.for_model(gguf_file(tmp_path), mapped=expert)
+    data = records(16, 4100, 1)
+    view = cache.put("mlp.experts.0.gate_up_proj#0", "Q8_0:x", data, 1008)
+    assert np.array_equal(view, data) and backing_inode(view) != 0
+    assert cache.save() is None
+    folder = tmp_path / "cache" / "records"
+    assert not folder.exists() or not any(folder.iterdir())
+
+
+def test_a_start_killed_while_writing_mapped_entries_leaves_nothing_used(tmp_path, any_size):
+    """kill -9 while a first start writes its experts' records: the next start finds no file (the temp file is
+    the dead writer's, removed when a file is next finished) and regroups; a file cut short is never used."""
+    gguf = gguf_file(tmp_path)
+    script = ("import os, signal, numpy as np\n"
+              "from pathlib import Path\n"
+              "from haltwise.kernels.record_cache import RecordCache\n"
+              f"c = RecordCache.for_model(Path({str(gguf)!r}), mapped=lambda n: True)\n"
+              "for e in range(4):\n"
+              "    c.put(f'mlp.experts.{e}.down_proj#0', 'Q8_0:x', np.full((64, 4096), e, np.uint8), 1008)\n"
+              "os.kill(os.getpid(), signal.SIGKILL)\n")
+    done = subprocess.run([sys.executable, "-c", script], env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)},
+                          check=False, capture_output=True)
+    assert done.returncode == -signal.SIGKILL, done.stderr
+    cache = RecordCache.for_model(gguf, mapped=expert)
+    left = list(cache.path.parent.glob(".*.tmp"))
+    assert len(left) == 1 and cache.get("mlp.experts.0.down_proj#0", "Q8_0:x") is None
+    cache.put("mlp.experts.0.down_proj#0", "Q8_0:x", records(8, 272, 0), 1008)
+    saved(cache)
+    assert cache.path.exists() and not left[0].exists()
+
+
+def test_a_full_disk_while_mapping_experts_is_a_clear_error(tmp_path):
+    """Records that cannot be written (here: a file-size limit, as a full disk) fail the start with the way out,
+    never a crash or a silent copy into memory."""
+    script = ("import resource, signal, numpy as np\n"
+              "from pathlib import Path\n"
+              "from haltwise.errors import ModelLoadError\n"
+              "from haltwise.kernels.record_cache import RecordCache\n"
+              "signal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"
+              "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
+              f"c = RecordCache.for_model(Path({str(gguf_file(tmp_path))!r}), mapped=lambda n: True)\n"
+              "try:\n"
+              "    c.put('mlp.experts.0.down_proj#0', 'Q8_0:x', np.zeros((512, 4096), np.uint8), 1008)\n"
+              "except ModelLoadError as e:\n"
+              "    print('refused:', e)\n")
+    done = subprocess.run([sys.executable, "-c", script], env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)},
+                          check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout and "--expert-weights resident" in done.stdout

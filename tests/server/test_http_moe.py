@@ -6,6 +6,7 @@ through the kernel plan's quantized formats). The determinism probe of test_http
 logprob compared exactly), and a chat request
 renders the family's real template (Qwen3's, from the GGUF metadata). The native layer stack runs the MoE
 layers on every step (csrc/moe_block.cpp), so the default path is batch invariant and prompt lookup drafts.
+The same model served with its experts mapped from files (--expert-weights mapped) answers with the same bits.
 """
 from __future__ import annotations
 
@@ -78,3 +79,13 @@ def test_moe_default_path_speculates_with_prompt_lookup(moe_server) -> None:
     reply = httpx.post(moe_server + "/v1/completions", json=body, timeout=600)
     assert reply.status_code == 200, reply.text
     assert reply.json()["usage"].get("speculation", {}).get("drafted", 0) > 0, reply.json()["usage"]
+
+
+def test_moe_experts_mapped_from_files_answer_the_same(moe_gguf, moe_server) -> None:
+    """`--expert-weights mapped` (engine/expert_weights.py: what a model larger than half the memory gets by
+    default) serves the experts from the record file's pages: the same text and logprob bits as the default
+    server, which holds this small model's experts in memory."""
+    expected = exact(moe_server, MOE_TARGET)
+    for url in serve("--model", str(moe_gguf), "--kv-cache-memory", "64MiB", "--max-model-len", "512",
+                     "--expert-weights", "mapped", start_limit=1500.0):
+        assert exact(url, MOE_TARGET) == expected

@@ -13,6 +13,7 @@ import torch
 from haltwise.config import EngineConfig, ModelConfig
 from haltwise.engine.draft_build import build_draft, check_draft
 from haltwise.engine.engine import LLMEngine
+from haltwise.engine.expert_weights import maps_experts
 from haltwise.engine.freed_memory import keep_freed_memory
 from haltwise.engine.kv_cache import KVBudget, allocate_kv_caches, auto_pool_memory
 from haltwise.engine.page_commit import PageCommit
@@ -171,7 +172,7 @@ def _plan(model: torch.nn.Module, path: Path | None, config: EngineConfig, token
     calibration = tokenizer.encode(CALIBRATION_TEXT, add_special_tokens=False)[:min(CALIBRATION_TOKENS, model.max_model_len)]
     plan, counts = plan_model(model, path, batch_invariant=config.batch_invariant,
                               calibrate=lambda planned: capture_inputs(planned, calibration),
-                              before_timing=before_timing)
+                              before_timing=before_timing, map_experts=maps_experts(config.expert_weights, path))
     log.info("kernel plan applied in %.2fs; linears per format: %s", time.perf_counter() - start, counts)
     model.model.native_decode = None
     if config.native_decode:

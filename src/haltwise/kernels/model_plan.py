@@ -17,7 +17,7 @@ from haltwise.kernels.native import build
 from haltwise.kernels.plan import (BUCKETS, FALLBACK, INVARIANT_FALLBACKS, KernelPlan, VerifyReport, group_sources,
                                    measure_plan)
 from haltwise.kernels.planned_linear import PlannedLinear, apply_plan, linear_sources
-from haltwise.kernels.record_cache import RecordCache
+from haltwise.kernels.record_cache import RecordCache, never
 from haltwise.kernels.verify import verify_model
 
 log = logging.getLogger("haltwise.kernels")
@@ -32,11 +32,14 @@ def native_identity() -> str:
 def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFormat] | None = None,
                host: HostInfo | None = None, use_cache: bool = True, batch_invariant: bool = False,
                calibrate: Callable[[nn.Module], dict[str, torch.Tensor]] | None = None,
-               before_timing: Callable[[], None] | None = None) -> tuple[KernelPlan, dict[str, int]]:
+               before_timing: Callable[[], None] | None = None,
+               map_experts: bool = False) -> tuple[KernelPlan, dict[str, int]]:
     """Measure (or read from the cache) the plan for every nn.Linear of `model`, then apply it.
 
     model_path identifies the weights for the cache (None: an in-memory model, keyed by its shapes only).
     use_cache: read and write the plan cache, and a GGUF's regrouped records (kernels/record_cache.py).
+    map_experts: the routed experts' blocks stay in files, mapped, never copied into memory: their records
+    in the record file, blocks without records in the GGUF (engine/expert_weights.py decides).
     batch_invariant: one batch-invariant format per linear (the default path; kernels/plan.py).
     calibrate(model) -> {linear name: real input rows} (models/calibration.py), called once the plan is
     applied: every planned linear is verified on them (kernels/verify.py) and a failing one falls back.
@@ -51,9 +54,9 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     sources = list(linear_sources(model))
     records = None
     if hasattr(model, "config"):  # raw GGUF blocks for the native formats (kernels/gguf_blocks.py)
-        if attach_gguf_blocks([s for _, _, s in sources], model_path, model.config) and use_cache:
-            records = RecordCache.for_model(Path(model_path))        # their regrouped records (record_cache.py)
-            for _, _, source in sources:
+        if attach_gguf_blocks([s for _, _, s in sources], model_path, model.config) and (use_cache or map_experts):
+            records = RecordCache.for_model(Path(model_path), routed_expert if map_experts else never, use_cache)
+            for _, _, source in sources:                             # their regrouped records (record_cache.py)
                 source.records = records
     groups = group_sources(s for _, _, s in sources)
     shapes = hashlib.sha256(",".join(sorted(groups)).encode()).hexdigest()[:12]
@@ -85,6 +88,12 @@ def plan_model(model: nn.Module, model_path: Path | None, formats: list[LinearFo
     if use_cache and not plan.noisy and (verified_now or not plan.from_cache):
         plan_cache.store(plan)
     return plan, counts
+
+
+def routed_expert(name: str) -> bool:
+    """Whether a linear (or record entry: "<linear>#<run>") belongs to a routed expert
+    ("model.layers.3.mlp.experts.17.down_proj"); a shared expert is not routed: every token reads it."""
+    return ".mlp.experts." in name
 
 
 def verify(model: nn.Module, sources, captured, formats: dict[str, LinearFormat], batch_invariant: bool,

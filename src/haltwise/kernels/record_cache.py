@@ -1,75 +1,85 @@
-"""Regrouped weight records kept on disk between starts, so a second start regroups nothing (issue 25).
+"""Regrouped weight records kept on disk between starts, so a second start regroups nothing (issue 25), and the
+experts of a mixture-of-experts model too large for the memory kept in that file, not in memory (issue 47).
 
 Every GGUF linear that runs natively is regrouped 8 rows at a time (native/repack.py) when it is
 prepared: Qwen2.5-Coder-0.5B's 485 MB of blocks cost ~1.2 s of CPU on the start's two cores, beside the
 imports and the tokenizer, plus the first touch of 485 MB of fresh memory. The first start writes the
-records its plan runs to one file per model; later starts read the file into anonymous memory (huge
-pages where offered: the kernels stream it faster than a map of the page cache, _anonymous_copy) and hand
-slices of it to the kernels: no regrouping.
+records its plan runs to one file per model (kernels/record_file.py); later starts read its entries into
+anonymous memory (huge pages where offered: the kernels stream them faster than a map of the page cache,
+_anonymous) and hand slices of it to the kernels: no regrouping.
 
-    $HALTWISE_CACHE_DIR/records/<gguf stem>-<file id>-<key>.x8
-      = MAGIC | u64 header length | header JSON | zero padding to a page | entry data, each page-aligned
-      header: {name: {"source": what it was made from, "code": records code, "shape": [rows, bytes],
-                      "offset": bytes from the file's start}}
+    $HALTWISE_CACHE_DIR/records/<gguf stem>-<file id>-<key>.x8     (layout: record_file.py)
+
+Mapped entries (`mapped(name)` true: the routed experts when the engine maps them, engine/expert_weights.py)
+are written to the file as soon as they are made and used as read-only views of it, on the first start and
+every later one: only the pages of experts that tokens touch are resident, and the kernel drops them under
+memory pressure and reads them back. With the cache off (HALTWISE_RECORD_CACHE=0) they go to an unnamed
+file in the same folder, gone when the process ends. Like a mapped GGUF, a file truncated under a running
+server makes its mapped entries unreadable (SIGBUS): haltwise itself only ever replaces it (rename).
 
 key: the GGUF's resolved path, size and mtime (a changed file is a miss, never a stale hit) and a digest
 of the regrouping's code (repack.cpp, repack.py): a changed layout is a miss too. An entry is used only
 if its `source` (qtypes and shapes of the shards it was made from) equals the asking linear's. A file
-that is not ours or is writable by others (cache_trust.py), or whose header does not parse or whose
-entries run past its end, is not used (logged). The file is written after the plan is applied, by a
-background thread (temp file + rename); it replaces the model's older files (other keys, same GGUF).
-Models under MIN_CACHED_BYTES of records are not cached (they regroup in milliseconds).
-HALTWISE_RECORD_CACHE=0 turns it off.
+that is not ours or is writable by others (cache_trust.py), or that does not parse, is not used (logged).
+The file is finished after the plan is applied, by a background thread (temp file + rename); it replaces
+the model's older files (other keys, same GGUF). Models under MIN_CACHED_BYTES of records with nothing
+mapped are not cached (they regroup in milliseconds). HALTWISE_RECORD_CACHE=0 turns reuse off.
 """
 from __future__ import annotations
 
 import glob
 import hashlib
-import json
 import logging
 import mmap
 import os
-import struct
 import threading
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 
+from haltwise.errors import ModelLoadError
 from haltwise.kernels.cache_trust import first_distrust
+from haltwise.kernels.record_file import RecordWriter, page_round, read_entries
 
 log = logging.getLogger("haltwise.kernels")
 
-MAGIC = b"HWX8\x00\x00\x00\x01"
 MIN_CACHED_BYTES = 16 * 2**20
-_LENGTH = struct.Struct("<Q")
 _CODE_FILES = (Path(__file__).parent / "native" / "csrc" / "repack.cpp", Path(__file__).parent / "native" / "repack.py")
 
 
-class RecordCache:
-    """get(name, source) -> (records, code) or None; put(...) what was made; save() writes a new file if
-    anything was put. Thread-safe: a plan prepares its linears on several threads."""
+def never(name: str) -> bool:
+    return False
 
-    def __init__(self, path: Path | None):
-        self.path = path                                    # None: nothing is read or written
+
+class RecordCache:
+    """get(name, source) -> (records, code) or None; put(...) what was made (-> the array to use); save()
+    finishes the file if anything was put. Thread-safe: a plan prepares its linears on several threads.
+    mapped(name): whether entry `name` lives in the file (a view of it) rather than in memory."""
+
+    def __init__(self, path: Path | None, mapped: Callable[[str], bool] = never):
+        self.path = path                                    # None: nothing is read or kept after the process
+        self.mapped = mapped
         self._lock = threading.Lock()
         self._entries: dict[str, tuple[str, int, np.ndarray]] = {}   # name -> (source, code, records)
         self._used: set[str] = set()
         self._added = False
+        self._writer: RecordWriter | None = None            # where mapped entries made here were written
         self.hits = 0
         if path is not None and path.is_file():
-            self._entries = _read(path)
+            self._entries = _read(path, mapped)
 
     @classmethod
-    def for_model(cls, gguf: Path) -> "RecordCache":
-        """The cache of a GGUF file (off: a cache that never reads or writes)."""
-        if os.environ.get("HALTWISE_RECORD_CACHE", "1") == "0":
-            return cls(None)
+    def for_model(cls, gguf: Path, mapped: Callable[[str], bool] = never, reuse: bool = True) -> "RecordCache":
+        """The cache of a GGUF file (reuse False or HALTWISE_RECORD_CACHE=0: nothing read or kept)."""
+        if not reuse or os.environ.get("HALTWISE_RECORD_CACHE", "1") == "0":
+            return cls(None, mapped)
         st = gguf.stat()
         resolved = str(gguf.resolve())
         code = hashlib.sha256(b"".join(p.read_bytes() for p in _CODE_FILES)).hexdigest()
         key = hashlib.sha256(f"{resolved}|{st.st_size}|{st.st_mtime_ns}|{code}".encode()).hexdigest()[:16]
         file_id = hashlib.sha256(resolved.encode()).hexdigest()[:8]
-        return cls(_root() / f"{gguf.stem}-{file_id}-{key}.x8")
+        return cls(_root() / f"{gguf.stem}-{file_id}-{key}.x8", mapped)
 
     def get(self, name: str, source: str) -> tuple[np.ndarray, int] | None:
         with self._lock:
@@ -80,22 +90,38 @@ class RecordCache:
             self.hits += 1
             return entry[2], entry[1]
 
-    def put(self, name: str, source: str, records: np.ndarray, code: int) -> None:
+    def put(self, name: str, source: str, records: np.ndarray, code: int) -> np.ndarray:
+        """Keep what was made; returns the array to run: `records`, or for a mapped name their view in the
+        file (written now). ModelLoadError when the file cannot be written (a full disk)."""
+        if self.mapped(name):
+            with self._lock:
+                if self._writer is None:
+                    self._writer = _new_writer(self.path)
+                writer = self._writer
+            try:
+                records = writer.add(name, source, code, records, mapped=True)
+            except OSError as e:
+                raise ModelLoadError(f"could not write the experts' regrouped weight records to {_root()} ({e}): "
+                                     "free space there, or start with --expert-weights resident") from e
         with self._lock:
             self._entries[name] = (source, code, records)
             self._used.add(name)
             self._added = True
+        return records
 
     def save(self) -> threading.Thread | None:
-        """Write every entry used since opening, in a daemon thread, if any was made here (else None)."""
+        """Finish the file with every entry used since opening, in a daemon thread, if any was made here
+        (else None)."""
         with self._lock:
             if self.path is None or not self._added:
                 return None
             used = {name: self._entries[name] for name in sorted(self._used)}
+            writer, self._writer = self._writer, None
             self._added = False
-        if sum(records.nbytes for _, _, records in used.values()) < MIN_CACHED_BYTES:
+        if writer is None and sum(records.nbytes for _, _, records in used.values()) < MIN_CACHED_BYTES:
             return None
-        thread = threading.Thread(target=_write, args=(self.path, used), name="haltwise-record-cache", daemon=True)
+        thread = threading.Thread(target=_write, args=(self.path, used, writer), name="haltwise-record-cache",
+                                  daemon=True)
         thread.start()
         return thread
 
@@ -104,87 +130,83 @@ def _root() -> Path:
     return Path(os.environ.get("HALTWISE_CACHE_DIR", Path.home() / ".cache" / "haltwise")) / "records"
 
 
-def _read(path: Path) -> dict[str, tuple[str, int, np.ndarray]]:
-    """The entries of a cache file as views of one anonymous copy of it (_anonymous_copy); {} (logged) for a
-    file not to be used. The views are writable numpy arrays as torch wants them; nothing writes to them."""
+def _new_writer(path: Path | None) -> RecordWriter:
+    try:
+        return RecordWriter(path, _root())
+    except OSError as e:
+        raise ModelLoadError(f"could not create a file for the experts' regrouped weight records in {_root()} "
+                             f"({e}): start with --expert-weights resident") from e
+
+
+def _read(path: Path, mapped: Callable[[str], bool]) -> dict[str, tuple[str, int, np.ndarray]]:
+    """The entries of a cache file: mapped ones as views of a read-only map of it, the others copied into one
+    anonymous region (_anonymous); {} (logged) for a file not to be used."""
     why = first_distrust(path.parent, path)
     if why is not None:
         log.warning("not using regrouped weight records %s: %s", path, why)
         return {}
     try:
         with open(path, "rb") as f:
-            data = _anonymous_copy(f)
-        if data[:len(MAGIC)] != MAGIC:
-            raise ValueError("not a record file")
-        (length,) = _LENGTH.unpack_from(data, len(MAGIC))
-        start = len(MAGIC) + _LENGTH.size
-        header = json.loads(bytes(data[start:start + length]))
-        entries = {}
-        for name, e in header.items():
-            rows, width = e["shape"]
-            if e["offset"] < start + length or e["offset"] + rows * width > len(data):
-                raise ValueError(f"entry {name} runs past the file")
-            view = np.frombuffer(data, np.uint8, rows * width, e["offset"]).reshape(rows, width)
-            entries[name] = (e["source"], int(e["code"]), view)
-        return entries
-    except (OSError, ValueError, KeyError, TypeError, struct.error) as e:
+            whole = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+            entries = read_entries(whole)
+            resident = [name for name in entries if not mapped(name)]
+            copy = _anonymous(sum(page_round(entries[n].rows * entries[n].width) for n in resident))
+            out, at = {}, 0
+            for name, e in entries.items():
+                nbytes = e.rows * e.width
+                if name in resident:
+                    _read_into(f, memoryview(copy)[at:at + nbytes], e.offset)
+                    view = np.frombuffer(copy, np.uint8, nbytes, at)
+                    at += page_round(nbytes)
+                else:
+                    view = np.frombuffer(whole, np.uint8, nbytes, e.offset)
+                out[name] = (e.source, e.code, view.reshape(e.rows, e.width))
+            return out
+    except (OSError, ValueError, KeyError, TypeError) as e:
         log.warning("ignoring regrouped weight records %s: %s", path, e)
         return {}
 
 
-def _anonymous_copy(f) -> mmap.mmap:
-    """The whole file read into private anonymous memory, asked for transparent huge pages where the
-    kernel offers them (HALTWISE_RECORD_HUGE=0: not asked). Not the file's own pages: a decode step streams
-    every record once, and on the 1.5B a greedy decode ran 15.5 tok/s from a map of the page cache, 17.7
-    from anonymous 4K pages, 19.4 from huge pages (medians of 6, alternating: docs/benchmarks.md). The cost:
-    a later start reads the file (~1 GB: 0.3-0.5 s, plus 1-2.5 s where the kernel must compact memory for
-    huge pages), and servers no longer share the file's page-cache pages."""
-    size = os.fstat(f.fileno()).st_size
+def _read_into(f, target: memoryview, offset: int) -> None:
+    done = 0
+    while done < len(target):
+        n = os.preadv(f.fileno(), [target[done:]], offset + done)
+        if not n:
+            raise ValueError("the file ended early")
+        done += n
+    target.release()
+
+
+def _anonymous(size: int) -> mmap.mmap:
+    """Private anonymous memory for the resident entries, asked for transparent huge pages where the kernel
+    offers them (HALTWISE_RECORD_HUGE=0: not asked). Not the file's own pages: a decode step streams every
+    record once, and on the 1.5B a greedy decode ran 15.5 tok/s from a map of the page cache, 17.7 from
+    anonymous 4K pages, 19.4 from huge pages (medians of 6, alternating: docs/benchmarks.md). The cost: a
+    later start reads the file (~1 GB: 0.3-0.5 s, plus 1-2.5 s where the kernel must compact memory for huge
+    pages), and servers no longer share the file's page-cache pages."""
     data = mmap.mmap(-1, max(size, 1), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
     if hasattr(mmap, "MADV_HUGEPAGE") and os.environ.get("HALTWISE_RECORD_HUGE", "1") != "0":
         try:
             data.madvise(mmap.MADV_HUGEPAGE)
         except OSError:                         # a kernel without THP: 4K pages, still anonymous
             pass
-    view = memoryview(data)
-    done = 0
-    while done < size:
-        n = f.readinto(view[done:])
-        if not n:
-            raise ValueError("the file ended early")
-        done += n
-    view.release()
     return data
 
 
-def _write(path: Path, entries: dict[str, tuple[str, int, np.ndarray]]) -> None:
-    header: dict[str, dict] = {}
-    size = 0                                    # entry bytes, each entry rounded up to whole pages
-    for name, (source, code, records) in entries.items():
-        header[name] = {"source": source, "code": code, "shape": list(records.shape), "offset": size}
-        size += _pages(records.nbytes)
-    start = 0                                   # where the entries begin: a page after the header, which
-    while True:                                 # holds their offsets (so its length depends on start)
-        text = json.dumps({n: dict(e, offset=e["offset"] + start) for n, e in header.items()}).encode()
-        if _pages(len(MAGIC) + _LENGTH.size + len(text)) <= start:
-            break
-        start = _pages(len(MAGIC) + _LENGTH.size + len(text))
-    text = text.ljust(start - len(MAGIC) - _LENGTH.size, b" ")
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+def _write(path: Path, entries: dict[str, tuple[str, int, np.ndarray]], writer: RecordWriter | None) -> None:
+    """Add the entries not yet in the file (every one when no writer was started), then finish it."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(tmp, "wb") as f:
-            f.write(MAGIC + _LENGTH.pack(len(text)) + text)
-            for name, (_, _, records) in entries.items():
-                f.seek(start + header[name]["offset"])
-                f.write(np.ascontiguousarray(records).data)
-            f.truncate(start + size)
-        os.replace(tmp, path)
+        writer = writer or RecordWriter(path, _root())
+        for name, (source, code, records) in entries.items():
+            if name not in writer.entries:
+                writer.add(name, source, code, records)
+        writer.finish()
         _remove_others(path)
-        log.info("wrote regrouped weight records %s (%.0f MB)", path, size / 1e6)
+        log.info("wrote regrouped weight records %s (%.0f MB)", path, os.path.getsize(path) / 1e6)
     except OSError as e:
         log.warning("could not write regrouped weight records %s: %s", path, e)
-        tmp.unlink(missing_ok=True)
+        if writer is not None:
+            writer.abandon()
 
 
 def _remove_others(path: Path) -> None:
@@ -207,7 +229,3 @@ def _alive(pid: int) -> bool:
     except PermissionError:
         pass
     return True
-
-
-def _pages(nbytes: int) -> int:
-    return -(-nbytes // mmap.PAGESIZE) * mmap.PAGESIZE

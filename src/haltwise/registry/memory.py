@@ -76,10 +76,12 @@ def mib(n: int) -> str:
     return f"{n / 2**20:.0f} MiB"
 
 
-def weights_and_caches(path: Path, vocab_size: int, hidden_size: int) -> tuple[int, int]:
-    """(weights, caches) bytes of a model file, before its KV pool."""
+def weights_and_caches(path: Path, vocab_size: int, hidden_size: int, mapped: int = 0) -> tuple[int, int]:
+    """(weights, caches) bytes of a model file, before its KV pool. mapped: bytes of it kept in mapped files
+    (a MoE model's routed experts, engine/expert_weights.py): page cache the kernel reclaims, not counted."""
     size = path.stat().st_size if path.is_file() else sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
-    return int(size * WEIGHT_FACTOR) + vocab_size * hidden_size * 4, CACHE_BYTES + vocab_size * VOCAB_ENTRY_BYTES
+    return (int((size - mapped) * WEIGHT_FACTOR) + vocab_size * hidden_size * 4,
+            CACHE_BYTES + vocab_size * VOCAB_ENTRY_BYTES)
 
 
 class MemoryBudget:

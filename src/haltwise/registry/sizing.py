@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from haltwise.config import EngineConfig
+from haltwise.engine.expert_weights import expert_bytes, maps_experts
 from haltwise.engine.kv_cache import auto_pool_memory
 from haltwise.engine.window_blocks import window_pool_blocks
 from haltwise.registry.memory import LoadEstimate, weights_and_caches
@@ -20,7 +21,8 @@ def estimate_load(path: Path, config: EngineConfig, free: int) -> LoadEstimate:
     from haltwise.tools.model_args import read_model_config
 
     _, model_config = read_model_config(str(path))
-    weights, caches = weights_and_caches(path, model_config.vocab_size, model_config.hidden_size)
+    mapped = expert_bytes(path) if maps_experts(config.expert_weights, path) else 0
+    weights, caches = weights_and_caches(path, model_config.vocab_size, model_config.hidden_size, mapped)
     if config.kv_cache_memory != "auto":
         return LoadEstimate(weights, int(config.kv_cache_memory), caches)
     max_len = config.max_model_len or model_config.max_position_embeddings

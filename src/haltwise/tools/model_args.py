@@ -33,6 +33,11 @@ def add_model_arguments(p: argparse.ArgumentParser, several: bool = False) -> No
                    help="how the KV cache stores keys and values: auto (default): int8 under --dtype auto, else "
                         "the activations' dtype; int8 (a float32 scale per head row, ~3.8x smaller than "
                         "float32), bfloat16, float32. See docs/benchmarks.md, \"KV cache quality\"")
+    p.add_argument("--expert-weights", default="auto", choices=["auto", "mapped", "resident"],
+                   help="a mixture-of-experts model's routed experts: resident (copied into memory: fastest), "
+                        "mapped (kept in files read as tokens need them: a model larger than the memory runs), "
+                        "auto (default): mapped when the GGUF is larger than half the memory. Same output either "
+                        "way (docs/native-moe.md)")
     p.add_argument("--block-size", type=int, default=16, help="tokens per KV block")
     p.add_argument("--max-num-seqs", type=int, default=64, help="sequences per engine step")
     p.add_argument("--max-num-batched-tokens", type=int, default=2048, help="token budget per engine step")
@@ -116,6 +121,7 @@ def engine_config_from(args: argparse.Namespace) -> EngineConfig:
         enable_prefix_caching=not args.no_prefix_caching, swa_full=args.swa_full, max_queue=args.max_queue,
         watermark=args.watermark,
         batch_invariant=not args.nondeterministic_kernels, kv_cache_dtype=args.kv_cache_dtype,
+        expert_weights=args.expert_weights,
         num_threads=args.threads, speculative_tokens=args.speculative_tokens,
         speculative_max_batch=args.speculative_max_batch, scheduling_policy=args.scheduling_policy,
         priority_aging_steps=args.priority_aging_steps, draft_model=args.draft_model,

@@ -13,6 +13,7 @@ splits threads over output rows only: row m's outputs never depend on the other 
 """
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -40,18 +41,24 @@ class PreparedBlocks:
 def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlocks:
     """Shards -> contiguous uint8 tensors; neighbouring shards of one qtype are merged (one kernel run),
     and every run of a type with X8 records (every SUPPORTED type but MXFP4) regrouped 8 rows at a time (repack.py)
-    unless interleave is False."""
+    unless interleave is False.
+
+    A mapped source (its record cache maps it: a routed expert of a model kept in files, record_cache.py)
+    copies nothing into memory: its records are views of the record file, and blocks without records (MXFP4)
+    views of the GGUF's map, one kernel run a shard (a row's output depends on its own row alone, so the
+    split changes no bit)."""
     if not source.gguf:
         raise Unsupported("no raw GGUF blocks for this weight (not loaded from a GGUF file)")
     out_features, in_features = source.shape
     if in_features % 32:
         raise Unsupported(f"in_features {in_features} is not a multiple of 32")
+    mapped = source.records is not None and source.records.mapped(source.name)
     runs: list[tuple[int, list[np.ndarray]]] = []
     for shard in source.gguf:
         qtype = Q(shard.qtype)
         if qtype not in SUPPORTED:
             raise Unsupported(f"GGUF type {qtype.name} has no native kernel")
-        if runs and runs[-1][0] == int(qtype):
+        if runs and runs[-1][0] == int(qtype) and not (mapped and not (interleave and qtype in X8)):
             runs[-1][1].append(shard.data)
         else:
             runs.append((int(qtype), [shard.data]))
@@ -60,9 +67,11 @@ def prepare_blocks(source: LinearSource, interleave: bool = True) -> PreparedBlo
         rows.append(sum(part.shape[0] for part in parts))
         if interleave and Q(qtype) in X8:
             data, qtype = _records(source, len(rows) - 1, parts, Q(qtype))
+        elif mapped:
+            data = parts[0]                                                # one shard: a view of the map
         else:
             data = np.concatenate(parts) if len(parts) > 1 else np.array(parts[0])   # writable copies
-        weights.append(torch.from_numpy(data))
+        weights.append(_tensor(data))
         qtypes.append(qtype)
     if sum(rows) != out_features:
         raise Unsupported(f"GGUF shards hold {sum(rows)} rows, the weight has {out_features}")
@@ -79,8 +88,18 @@ def _records(source: LinearSource, run: int, parts: list[np.ndarray], qtype: Q) 
         return cached
     data, code = repack_x8(parts, qtype)
     if source.records is not None:
-        source.records.put(name, made_from, data, code)
+        data = source.records.put(name, made_from, data, code)
     return data, code
+
+
+def _tensor(data: np.ndarray) -> torch.Tensor:
+    """A uint8 tensor over `data` without a copy. Mapped records and blocks are read-only views of a file,
+    which torch warns about: the kernels only ever read weights, so the warning is silenced here alone."""
+    if data.flags.writeable:
+        return torch.from_numpy(data)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(data)
 
 
 class GGUFNative(LinearFormat):

@@ -1,0 +1,71 @@
+"""Routed experts resident or mapped (engine/expert_weights.py): the policy, and on the converter's tiny MoE
+models that mapped experts are the files' pages (the record file, or the GGUF for MXFP4 blocks) while every
+other weight is the process's memory, with the same bits as resident experts on the default path."""
+import numpy as np
+import pytest
+import torch
+
+from haltwise.engine.expert_weights import expert_bytes, maps_experts, memory_limit
+from haltwise.kernels.model_plan import plan_model
+from haltwise.kernels.native import build
+from haltwise.kernels.native.gguf_format import GGUFNative
+from haltwise.models.loader import load_model
+from haltwise.models.native_decode import NativeDecode
+from tests.kernels.test_record_cache import backing_inode
+from tests.models.converted import fixture
+from tests.models.test_native_decode import decode_logits
+
+pytestmark = pytest.mark.skipif(build.load() is None, reason=f"native kernels unavailable: {build.failure()}")
+
+
+def test_auto_maps_a_file_larger_than_half_the_memory(tmp_path):
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"\0" * 1000)
+    assert maps_experts("auto", model, limit=1999) and not maps_experts("auto", model, limit=2000)
+    assert maps_experts("mapped", model, limit=10**12) and not maps_experts("resident", model, limit=1)
+    assert not maps_experts("mapped", tmp_path)                    # a Hugging Face folder has no blocks to map
+    with pytest.raises(ValueError):
+        maps_experts("swap", model)
+    assert 0 < memory_limit() <= 2**50
+
+
+def weights_of(linear) -> list[np.ndarray]:
+    """The block or record arrays a linear's native format runs ([] when it runs float32)."""
+    prepared = next((p for f, p in linear._by_bucket if f.name == GGUFNative.name), None)
+    return [w.numpy() for w in prepared.weights] if prepared else []
+
+
+def default_path(path, map_experts: bool):
+    model = load_model(path).model
+    plan_model(model, path, batch_invariant=True, map_experts=map_experts)
+    stack, why = NativeDecode.build(model.model, every_step=True, head=model.lm_head)
+    assert stack is not None and stack.every_step, why
+    return model, decode_logits(model, stack)
+
+
+@pytest.mark.parametrize("arch,outtype", [("qwen3moe", "q8_0"), ("gpt-oss", "mxfp4")])
+def test_mapped_experts_are_file_pages_with_the_resident_bits(arch, outtype, tmp_path, monkeypatch):
+    monkeypatch.setenv("HALTWISE_CACHE_DIR", str(tmp_path))
+    path = fixture(arch).gguf(outtype)
+    _, resident = default_path(path, map_experts=False)
+    for start in ("first", "second"):                    # regrouped now / read from the record file
+        model, mapped = default_path(path, map_experts=True)
+        assert all(torch.equal(a, b) for a, b in zip(mapped, resident)), start
+        # MXFP4 has no records: its blocks are the GGUF's own; Q8_0's records are the record file's
+        records = [path] if outtype == "mxfp4" else list((tmp_path / "records").glob("*.x8"))
+        assert len(records) == 1, start
+        owner = records[0].stat().st_ino
+        layer = model.model.layers[0]
+        for e in (0, len(layer.mlp.experts) - 1):
+            for linear in (layer.mlp.experts[e].gate_up_proj, layer.mlp.experts[e].down_proj):
+                assert {backing_inode(w) for w in weights_of(linear)} == {owner}, (start, e)
+        for linear in (layer.self_attn.qkv_proj, layer.self_attn.o_proj):   # gpt-oss's tiny ones: float32
+            assert not any(backing_inode(w) for w in weights_of(linear)), start
+
+
+def test_expert_bytes_count_the_routed_expert_tensors():
+    path = fixture("qwen3moe").gguf("q8_0")
+    from haltwise.gguf.reader import open_gguf
+
+    tensors = open_gguf(path).tensors
+    assert expert_bytes(path) == sum(t.n_bytes for t in tensors if "exps" in t.name) > 0
