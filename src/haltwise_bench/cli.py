@@ -18,6 +18,8 @@
                paths (--isas avx2,avx512vnni) (bench/kernel_shapes.py)
   moe          MoE decode per layer at Qwen3-30B-A3B's real shapes (random weights, Q4_K_M by llama-quantize)
                vs llama-batched-bench at 1 and 8 streams, same file (bench/moe_bench.py)
+  moe-large    a MoE model larger than half the memory (Qwen3-30B-A3B's shapes): start, memory held, decode,
+               beside llama-server on the same file (bench/moe_large.py)
 
 Results go to stdout as a table; progress goes to stderr while it runs.
 """
@@ -50,6 +52,8 @@ PROGRAMS = {
                                                "or two ISA paths (--isas)"),
     "moe": ("haltwise_bench.moe_bench", "MoE decode per layer at Qwen3-30B-A3B's real shapes (random weights, "
                                         "Q4_K_M by llama-quantize) vs llama.cpp at 1 and 8 streams, same file"),
+    "moe-large": ("haltwise_bench.moe_large", "a MoE model larger than half the memory: start, memory held "
+                                              "(anonymous / mapped), decode, beside llama-server on the same file"),
 }
 
 

@@ -1,0 +1,149 @@
+"""`haltwise bench moe-large`: a mixture-of-experts model larger than half the memory starts and answers (issue 47),
+haltwise's default flags beside llama-server on the same file, same run.
+
+The file (moe_stacked.py): Qwen3-30B-A3B's real layer shapes, random weights quantized to Q4_K_M by
+llama-quantize, --layers layers (default: the fewest that make it larger than 55% of this host's memory limit,
+engine/expert_weights.memory_limit). Per system, in turn (the order alternates with --repeats):
+
+  ready_s      start -> the model list answers (haltwise's first start writes the experts' records once:
+               `first` in the table; later starts map them)
+  memory       the server's /proc/PID/status once ready and after the requests: VmRSS, its anonymous part
+               (RssAnon: what the process holds itself) and its file-backed part (RssFile: mapped pages the kernel
+               can drop and read again), and VmHWM, its peak; the host's MemAvailable before the start
+  decode       --requests streamed completions of --max-tokens greedy tokens, one at a time, eos ignored:
+               tokens after the first over the time after the first (the text is noise: random weights)
+
+haltwise runs `haltwise serve --model FILE --threads T` and nothing else (its default --expert-weights auto maps
+the experts of a file this size); llama-server `-t T -c 4096 --jinja -fa on -ctk q8_0 -ctv q8_0`, its default
+mmap on. --haltwise-arg passes more flags (e.g. --expert-weights resident, to see what holding them costs).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import math
+from pathlib import Path
+from typing import Any
+
+from haltwise_bench import common, llama_cpp
+from haltwise_bench.common import Progress, median
+from haltwise_bench.load_client import run_load
+from haltwise_bench.moe_gguf import MoeShape
+from haltwise_bench.moe_stacked import stacked_file
+from haltwise_bench.peers_servers import model_eos_ids, server_request_bodies
+from haltwise_bench.servers import ServerProcess, free_port, haltwise_server_cmd
+
+SHARE = 0.55                    # the default file's size over the memory limit
+STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--layers", type=int, default=None,
+                        help=f"MoE layers (default: the fewest making the file > {SHARE * 100:.0f}%% of the memory limit)")
+    parser.add_argument("--requests", type=int, default=3, help="completions per server, one at a time")
+    parser.add_argument("--max-tokens", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=1, help="starts per system (alternating who goes first)")
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--haltwise-arg", action="append", default=[], metavar="ARG",
+                        help="an extra `haltwise serve` argument (repeatable), e.g. --haltwise-arg=--expert-weights "
+                             "--haltwise-arg=resident")
+    parser.add_argument("--skip-peer", action="store_true", help="haltwise only")
+    parser.add_argument("--json", default=None, help="write the records here")
+    parser.add_argument("--llama-bin", default=None, help="directory with llama-quantize and llama-server")
+
+
+def run(args: argparse.Namespace) -> int:
+    from haltwise.engine.expert_weights import memory_limit
+
+    directory = llama_cpp.bin_dir(args.llama_bin)
+    needed = ("llama-quantize",) + (() if args.skip_peer else ("llama-server",))
+    if missing := llama_cpp.missing_binaries(directory, needed):
+        print(f"llama.cpp's {', '.join(missing)} not found in {directory}: `make bench-setup` builds them")
+        return 2
+    progress = Progress()
+    shape, limit = MoeShape(), memory_limit()
+    layers = args.layers or layers_for(SHARE * limit, shape, directory, progress)
+    path = stacked_file(shape, layers, directory / "llama-quantize", progress)
+    size = path.stat().st_size
+    progress(f"{path.name}: {size / 2**30:.1f} GiB, {layers} layers; memory limit {limit / 2**30:.1f} GiB")
+    bodies = server_request_bodies(model_eos_ids(str(path)))
+    systems = ["haltwise"] + ([] if args.skip_peer else ["llama.cpp"])
+    rows: dict[str, list[dict[str, Any]]] = {s: [] for s in systems}
+    for turn in range(args.repeats):
+        for system in systems[:: 1 if turn % 2 == 0 else -1]:
+            progress(f"{system}: start {turn + 1}/{args.repeats}")
+            server = _server(system, path, args, directory)
+            rows[system].append(measure(server, args, bodies[system]))
+    print(table(rows, path, size, limit, layers, args))
+    common.write_json(args.json, {"benchmark": "moe-large", "environment": common.environment(), "file": str(path),
+                                  "file_bytes": size, "layers": layers, "memory_limit": limit,
+                                  "threads": args.threads, "haltwise_args": args.haltwise_arg, "runs": rows})
+    return 0
+
+
+def layers_for(target: float, shape: MoeShape, directory: Path, progress) -> int:
+    """The fewest layers whose stacked file exceeds `target` bytes (a layer's size from the 1- and 2-layer files)."""
+    one = stacked_file(shape, 1, directory / "llama-quantize", progress).stat().st_size
+    two = stacked_file(shape, 2, directory / "llama-quantize", progress).stat().st_size
+    return max(1, math.ceil((target - (one - (two - one))) / (two - one)))
+
+
+def _server(system: str, path: Path, args: argparse.Namespace, directory: Path) -> ServerProcess:
+    port = free_port()
+    if system == "haltwise":
+        cmd = haltwise_server_cmd(port, "auto", False, str(path), ("--threads", str(args.threads), *args.haltwise_arg))
+        return ServerProcess(cmd, port, "haltwise", start_timeout_s=3600.0)
+    cmd = llama_cpp.llama_server_cmd(directory, port, path, args.threads, 1, 4096) + llama_cpp.peer_options()
+    return ServerProcess(cmd, port, "llama-server", "/health", start_timeout_s=3600.0)
+
+
+def measure(server: ServerProcess, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
+    available = mem_available()
+    with server:
+        ready = status(server.pid)
+        load = asyncio.run(run_load(server.base_url, [f"Tell me about number {i}." for i in range(args.requests)],
+                                    1, args.max_tokens, extra_body=extra, rounds=args.requests))
+        after = status(server.pid)
+    rates = [(r.completion_tokens - 1) / (r.latency_s - r.ttft_s) for r in load.ok
+             if r.ttft_s is not None and r.latency_s > r.ttft_s and r.completion_tokens > 1]
+    return {"ready_s": server.ready_s, "mem_available_before": available, "ready": ready, "after": after,
+            "failed": load.failed, "decode_tokens_per_s": median(rates), "ttft_p50_s": load.ttft_percentile(50)}
+
+
+def status(pid: int | None) -> dict[str, int]:
+    """STATUS_KEYS of /proc/PID/status, bytes."""
+    out = {}
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        key, _, value = line.partition(":")
+        if key in STATUS_KEYS:
+            out[key] = int(value.split()[0]) * 1024
+    return out
+
+
+def mem_available() -> int:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def table(rows: dict[str, list[dict[str, Any]]], path: Path, size: int, limit: int, layers: int,
+          args: argparse.Namespace) -> str:
+    gib = lambda n: f"{n / 2**30:.2f}" if n is not None else "-"          # noqa: E731
+    lines = [f"MoE larger than half the memory: {path.name}, {gib(size)} GiB ({layers} layers of Qwen3-30B-A3B's "
+             f"shapes), memory limit {gib(limit)} GiB, {args.threads} threads, {args.requests} x {args.max_tokens} "
+             "tokens", "",
+             "| system | start | ready s | RSS ready GiB (anon + file) | RSS after GiB (anon + file) | peak GiB | "
+             "decode tok/s | TTFT p50 s | failed |", "|---|---|---|---|---|---|---|---|---|"]
+    for system, runs in rows.items():
+        for i, r in enumerate(runs):
+            a, b = r["ready"], r["after"]
+            lines.append(f"| {system} | {i + 1} | {r['ready_s']:.1f} | {gib(a['VmRSS'])} ({gib(a['RssAnon'])} + "
+                         f"{gib(a['RssFile'])}) | {gib(b['VmRSS'])} ({gib(b['RssAnon'])} + {gib(b['RssFile'])}) | "
+                         f"{gib(b['VmHWM'])} | {_f(r['decode_tokens_per_s'])} | {_f(r['ttft_p50_s'])} | "
+                         f"{r['failed']} |")
+    return "\n".join(lines)
+
+
+def _f(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}"
