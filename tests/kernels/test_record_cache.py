@@ -179,13 +179,20 @@ def expert(name: str) -> bool:
     return ".experts." in name
 
 
+def make(cache: RecordCache, name: str, data: np.ndarray) -> np.ndarray:
+    """A mapped entry of `data`'s bytes, written into the file as the plan writes regrouped records."""
+    return cache.make(name, "Q8_0:x", data.shape, 1008, lambda out: out.__setitem__(slice(None), data))
+
+
 def test_mapped_entries_are_the_file_on_every_start_the_rest_memory(tmp_path, any_size):
     """A mapped entry is used from the record file as soon as it is made (first start) and on later starts;
     the others are the process's own memory; both come back byte for byte."""
     gguf = gguf_file(tmp_path)
     first = RecordCache.for_model(gguf, mapped=expert)
     made = {"mlp.experts.3.down_proj#0": records(16, 4100, 1), "lm_head#0": records(8, 272, 2)}
-    used = {name: first.put(name, "Q8_0:x", data, 1008) for name, data in made.items()}
+    used = {"mlp.experts.3.down_proj#0": make(first, "mlp.experts.3.down_proj#0", made["mlp.experts.3.down_proj#0"])}
+    first.put("lm_head#0", "Q8_0:x", made["lm_head#0"], 1008)
+    used["lm_head#0"] = first.get("lm_head#0", "Q8_0:x")[0]
     saved(first)
     inode = first.path.stat().st_ino
     assert backing_inode(used["mlp.experts.3.down_proj#0"]) == inode
@@ -201,7 +208,7 @@ def test_mapped_entries_with_the_cache_off_live_in_an_unnamed_file(tmp_path, mon
     monkeypatch.setenv("HALTWISE_RECORD_CACHE", "0")
     cache = RecordCache.for_model(gguf_file(tmp_path), mapped=expert)
     data = records(16, 4100, 1)
-    view = cache.put("mlp.experts.0.gate_up_proj#0", "Q8_0:x", data, 1008)
+    view = make(cache, "mlp.experts.0.gate_up_proj#0", data)
     assert np.array_equal(view, data) and backing_inode(view) != 0
     assert cache.save() is None
     folder = tmp_path / "cache" / "records"
@@ -217,7 +224,7 @@ def test_a_start_killed_while_writing_mapped_entries_leaves_nothing_used(tmp_pat
               "from haltwise.kernels.record_cache import RecordCache\n"
               f"c = RecordCache.for_model(Path({str(gguf)!r}), mapped=lambda n: True)\n"
               "for e in range(4):\n"
-              "    c.put(f'mlp.experts.{e}.down_proj#0', 'Q8_0:x', np.full((64, 4096), e, np.uint8), 1008)\n"
+              "    c.make(f'mlp.experts.{e}.down_proj#0', 'Q8_0:x', (64, 4096), 1008, lambda out: out.fill(e))\n"
               "os.kill(os.getpid(), signal.SIGKILL)\n")
     done = subprocess.run([sys.executable, "-c", script], env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)},
                           check=False, capture_output=True)
@@ -241,7 +248,7 @@ def test_a_full_disk_while_mapping_experts_is_a_clear_error(tmp_path):
               "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20))\n"
               f"c = RecordCache.for_model(Path({str(gguf_file(tmp_path))!r}), mapped=lambda n: True)\n"
               "try:\n"
-              "    c.put('mlp.experts.0.down_proj#0', 'Q8_0:x', np.zeros((512, 4096), np.uint8), 1008)\n"
+              "    c.make('mlp.experts.0.down_proj#0', 'Q8_0:x', (512, 4096), 1008, lambda out: out.fill(1))\n"
               "except ModelLoadError as e:\n"
               "    print('refused:', e)\n")
     done = subprocess.run([sys.executable, "-c", script], env=os.environ | {"PYTHONPATH": os.pathsep.join(sys.path)},

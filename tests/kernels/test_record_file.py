@@ -56,6 +56,7 @@ def test_a_file_cut_anywhere_is_refused(tmp_path_factory, shapes, cut):
 
 def test_a_writer_abandoned_leaves_no_file(tmp_path):
     writer = RecordWriter(tmp_path / "m.x8", tmp_path)
-    view = writer.add("e#0", "Q8_0:x", 1008, np.ones((8, 100), np.uint8), mapped=True)
+    view = writer.reserve("e#0", "Q8_0:x", 1008, (8, 100))
+    view[:] = 1
     writer.abandon()
     assert list(tmp_path.iterdir()) == [] and int(view.sum()) == 800   # the map outlives the name

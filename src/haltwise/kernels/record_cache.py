@@ -53,8 +53,8 @@ def never(name: str) -> bool:
 
 
 class RecordCache:
-    """get(name, source) -> (records, code) or None; put(...) what was made (-> the array to use); save()
-    finishes the file if anything was put. Thread-safe: a plan prepares its linears on several threads.
+    """get(name, source) -> (records, code) or None; put(...) what was made in memory, make(...) a mapped entry
+    in the file; save() finishes the file if anything was made. Thread-safe: a plan prepares its linears on several threads.
     mapped(name): whether entry `name` lives in the file (a view of it) rather than in memory."""
 
     def __init__(self, path: Path | None, mapped: Callable[[str], bool] = never):
@@ -90,23 +90,29 @@ class RecordCache:
             self.hits += 1
             return entry[2], entry[1]
 
-    def put(self, name: str, source: str, records: np.ndarray, code: int) -> np.ndarray:
-        """Keep what was made; returns the array to run: `records`, or for a mapped name their view in the
-        file (written now). ModelLoadError when the file cannot be written (a full disk)."""
-        if self.mapped(name):
-            with self._lock:
-                if self._writer is None:
-                    self._writer = _new_writer(self.path)
-                writer = self._writer
-            try:
-                records = writer.add(name, source, code, records, mapped=True)
-            except OSError as e:
-                raise ModelLoadError(f"could not write the experts' regrouped weight records to {_root()} ({e}): "
-                                     "free space there, or start with --expert-weights resident") from e
+    def put(self, name: str, source: str, records: np.ndarray, code: int) -> None:
+        """Keep records made in memory (written to the file by save())."""
         with self._lock:
             self._entries[name] = (source, code, records)
             self._used.add(name)
             self._added = True
+
+    def make(self, name: str, source: str, shape: tuple[int, int], code: int,
+             fill: Callable[[np.ndarray], object]) -> np.ndarray:
+        """A mapped entry: `fill` writes the records straight into their place in the file (nothing passes
+        through the process's memory), and their view of the file is returned. ModelLoadError when the file
+        cannot be written (a full disk)."""
+        try:
+            with self._lock:
+                if self._writer is None:
+                    self._writer = RecordWriter(self.path, _root())
+                writer = self._writer
+            records = writer.reserve(name, source, code, shape)
+        except OSError as e:
+            raise ModelLoadError(f"could not write the experts' regrouped weight records to {_root()} ({e}): "
+                                 "free space there, or start with --expert-weights resident") from e
+        fill(records)
+        self.put(name, source, records, code)
         return records
 
     def save(self) -> threading.Thread | None:
@@ -128,14 +134,6 @@ class RecordCache:
 
 def _root() -> Path:
     return Path(os.environ.get("HALTWISE_CACHE_DIR", Path.home() / ".cache" / "haltwise")) / "records"
-
-
-def _new_writer(path: Path | None) -> RecordWriter:
-    try:
-        return RecordWriter(path, _root())
-    except OSError as e:
-        raise ModelLoadError(f"could not create a file for the experts' regrouped weight records in {_root()} "
-                             f"({e}): start with --expert-weights resident") from e
 
 
 def _read(path: Path, mapped: Callable[[str], bool]) -> dict[str, tuple[str, int, np.ndarray]]:

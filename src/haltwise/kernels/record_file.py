@@ -55,23 +55,36 @@ class RecordWriter:
         self._end = page_round(len(MAGIC))
         self.entries: dict[str, Entry] = {}
 
-    def add(self, name: str, source: str, code: int, records: np.ndarray, mapped: bool = False) -> np.ndarray | None:
-        """Write `records` as entry `name`; with `mapped`, return a read-only view of them in the file (its
-        pages are the page cache's: read in as touched, dropped and read again as the kernel needs), else None.
-        Thread-safe: the space is reserved under a lock, the bytes written outside it."""
+    def add(self, name: str, source: str, code: int, records: np.ndarray) -> None:
+        """Write `records` as entry `name`. Thread-safe: the space is reserved under a lock, written outside it."""
         data = np.ascontiguousarray(records)
-        with self._lock:
-            offset, self._end = self._end, self._end + page_round(data.nbytes)
+        offset = self._claim(data.nbytes)
         view = memoryview(data).cast("B")
         done = 0
         while done < data.nbytes:
             done += os.pwrite(self._file.fileno(), view[done:], offset + done)
+        self._entered(name, Entry(source, int(code), data.shape[0], data.shape[1], offset))
+
+    def reserve(self, name: str, source: str, code: int, shape: tuple[int, int]) -> np.ndarray:
+        """Entry `name`'s space in the file, allocated on disk (OSError when the disk is full: never a fault on
+        a later write) and mapped shared and writable: what is written into it is the file's, its pages the
+        page cache's, read back in as touched and dropped under pressure. The caller fills it, then only
+        reads it."""
+        rows, width = shape
+        offset = self._claim(rows * width)
+        os.posix_fallocate(self._file.fileno(), offset, page_round(rows * width))
+        region = mmap.mmap(self._file.fileno(), rows * width, access=mmap.ACCESS_WRITE, offset=offset)
+        self._entered(name, Entry(source, int(code), rows, width, offset))
+        return np.frombuffer(region, np.uint8, rows * width).reshape(rows, width)
+
+    def _claim(self, nbytes: int) -> int:
         with self._lock:
-            self.entries[name] = Entry(source, int(code), data.shape[0], data.shape[1], offset)
-        if not mapped:
-            return None
-        region = mmap.mmap(self._file.fileno(), data.nbytes, access=mmap.ACCESS_READ, offset=offset)
-        return np.frombuffer(region, np.uint8, data.nbytes).reshape(data.shape)
+            offset, self._end = self._end, self._end + page_round(nbytes)
+        return offset
+
+    def _entered(self, name: str, entry: Entry) -> None:
+        with self._lock:
+            self.entries[name] = entry
 
     def finish(self) -> None:
         """Write the header and footer and rename the file into place (nothing to do for an unnamed file)."""

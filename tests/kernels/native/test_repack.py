@@ -9,7 +9,7 @@ import pytest
 from gguf import GGMLQuantizationType as Q
 
 from haltwise.kernels.native import build
-from haltwise.kernels.native.repack import X8, repack_x8
+from haltwise.kernels.native.repack import X8, records_shape, repack_x8
 
 pytestmark = pytest.mark.skipif(build.load() is None, reason="native kernels unavailable")
 
@@ -45,6 +45,17 @@ def test_parts_are_regrouped_as_their_rows_concatenated(qtype, cuts):
     parts = np.split(data, cuts)
     records, code = repack_x8(parts, qtype)
     assert code == X8[qtype] and np.array_equal(records, reference_x8(data, qtype)[0])
+
+
+@pytest.mark.parametrize("qtype", list(X8), ids=lambda q: q.name)
+def test_records_written_into_a_given_buffer_are_the_same_bytes(qtype):
+    """repack_x8(..., out): the records written straight into a map of the record file (record_cache.py)."""
+    parts = np.split(np.random.default_rng(5).integers(0, 256, (21, 2 * BLOCK_BYTES[qtype]), dtype=np.uint8), [9])
+    out = np.full(records_shape(parts, qtype), 0xAB, dtype=np.uint8)
+    written, code = repack_x8(parts, qtype, out)
+    assert written is out and code == X8[qtype] and np.array_equal(out, repack_x8(parts, qtype)[0])
+    with pytest.raises(ValueError, match="exactly"):
+        repack_x8(parts, qtype, np.zeros((out.shape[0], out.shape[1] - 1), dtype=np.uint8))
 
 
 def test_parts_of_different_row_lengths_are_refused():

@@ -23,7 +23,7 @@ from gguf import GGMLQuantizationType as Q
 from haltwise.kernels.formats import U32, LinearFormat, LinearSource, Unsupported, float32_sum_bound
 from haltwise.kernels.host import HostInfo
 from haltwise.kernels.native import build
-from haltwise.kernels.native.repack import X8, repack_x8
+from haltwise.kernels.native.repack import X8, records_shape, repack_x8
 
 # MXFP4 (gpt-oss's experts): exact integer dots of the doubled e2m1 values (csrc/quant_kernels.h)
 SUPPORTED = (Q.Q4_0, Q.Q4_1, Q.Q5_0, Q.Q8_0, Q.Q4_K, Q.Q6_K, Q.MXFP4)
@@ -83,18 +83,22 @@ def _records(source: LinearSource, run: int, parts: list[np.ndarray], qtype: Q) 
     (and handed to the cache)."""
     name = f"{source.name}#{run}"
     made_from = f"{qtype.name}:" + ",".join(f"{p.shape[0]}x{p.shape[1]}" for p in parts)
-    cached = source.records.get(name, made_from) if source.records is not None else None
+    cache = source.records
+    cached = cache.get(name, made_from) if cache is not None else None
     if cached is not None:
         return cached
+    if cache is not None and cache.mapped(name):                  # written straight into the record file
+        return cache.make(name, made_from, records_shape(parts, qtype), X8[qtype],
+                          lambda out: repack_x8(parts, qtype, out)), X8[qtype]
     data, code = repack_x8(parts, qtype)
-    if source.records is not None:
-        data = source.records.put(name, made_from, data, code)
+    if cache is not None:
+        cache.put(name, made_from, data, code)
     return data, code
 
 
 def _tensor(data: np.ndarray) -> torch.Tensor:
-    """A uint8 tensor over `data` without a copy. Mapped records and blocks are read-only views of a file,
-    which torch warns about: the kernels only ever read weights, so the warning is silenced here alone."""
+    """A uint8 tensor over `data` without a copy. Records mapped on a later start and mapped MXFP4 blocks are
+    read-only views of a file, which torch warns about: the kernels only ever read weights, so the warning is silenced here alone."""
     if data.flags.writeable:
         return torch.from_numpy(data)
     with warnings.catch_warnings():

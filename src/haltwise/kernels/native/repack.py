@@ -32,13 +32,24 @@ from haltwise.kernels.native import build
 X8 = {Q.Q4_0: 1002, Q.Q4_1: 1003, Q.Q5_0: 1006, Q.Q8_0: 1008, Q.Q4_K: 1012, Q.Q6_K: 1014}
 
 
-def repack_x8(data: np.ndarray | Sequence[np.ndarray], qtype: Q) -> tuple[np.ndarray, int]:
+def repack_x8(data: np.ndarray | Sequence[np.ndarray], qtype: Q, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """(rows, bytes_per_row) blocks, or parts of them whose rows follow one another (a fused linear's
     shards, so they need no concatenated copy) -> ((ceil(rows / 8), group record bytes) records, X8 code).
+    out: a writable array of records_shape's shape to write them into (a map of the record file) instead of
+    new memory.
 
     One pass in the native extension (csrc/repack.cpp), without the GIL: a start regroups every linear it
     runs (Qwen2.5-Coder-0.5B: 485 MB of blocks, 1.75 s as numpy strided copies on one thread here)."""
     if qtype not in X8:
         raise ValueError(f"GGUF type {Q(qtype).name} has no X8 records")
+    parts = [np.ascontiguousarray(p) for p in ([data] if isinstance(data, np.ndarray) else data)]
+    if out is None:
+        return build.load().repack_x8(parts, int(qtype)).numpy(), X8[qtype]
+    build.load().repack_x8_into(parts, int(qtype), out)
+    return out, X8[qtype]
+
+
+def records_shape(data: np.ndarray | Sequence[np.ndarray], qtype: Q) -> tuple[int, int]:
+    """(groups of 8 rows, bytes a group) of repack_x8's records of `data` (blocks, or parts of them)."""
     parts = [data] if isinstance(data, np.ndarray) else list(data)
-    return build.load().repack_x8([np.ascontiguousarray(p) for p in parts], int(qtype)).numpy(), X8[qtype]
+    return tuple(build.load().records_shape(sum(p.shape[0] for p in parts), parts[0].shape[1], int(qtype)))

@@ -102,11 +102,10 @@ int64_t write_record(uint8_t* dst, const uint8_t* const* row, int64_t qtype) {
   return out - dst;
 }
 
-// Parts of (rows_i, bytes per row) blocks of `qtype`, their rows read as one matrix (a fused linear's
-// shards, never concatenated first) -> (ceil(rows / 8), records) uint8, rows padded with zero blocks.
-torch::Tensor repack_x8(const std::vector<py::buffer>& parts, int64_t qtype) {
-  const int64_t block = block_shape(qtype).second, record = block_shape(qtype + 1000).second;   // 8 rows' record
-  std::vector<const uint8_t*> starts;     // every row's first byte, part after part
+// Every row's first byte, part after part (a fused linear's shards read as one matrix, never concatenated),
+// and the bytes of a row.
+std::pair<std::vector<const uint8_t*>, int64_t> row_starts(const std::vector<py::buffer>& parts, int64_t qtype) {
+  std::vector<const uint8_t*> starts;
   int64_t row_bytes = -1;
   for (const py::buffer& part : parts) {
     const py::buffer_info in = part.request();
@@ -118,25 +117,52 @@ torch::Tensor repack_x8(const std::vector<py::buffer>& parts, int64_t qtype) {
     for (int64_t r = 0; r < in.shape[0]; ++r) starts.push_back(static_cast<const uint8_t*>(in.ptr) + r * row_bytes);
   }
   if (row_bytes < 0) throw std::invalid_argument("repack_x8: no parts");
-  if (row_bytes % block) throw std::invalid_argument("repack_x8: a row is not a whole number of blocks");
+  if (row_bytes % block_shape(qtype).second)
+    throw std::invalid_argument("repack_x8: a row is not a whole number of blocks");
+  return {starts, row_bytes};
+}
+
+// (groups, bytes a group) of the records of `rows` rows of `row_bytes` bytes of `qtype`.
+std::pair<int64_t, int64_t> records_shape(int64_t rows, int64_t row_bytes, int64_t qtype) {
+  return {(rows + 7) / 8, row_bytes / block_shape(qtype).second * block_shape(qtype + 1000).second};
+}
+
+void write_records(const std::vector<const uint8_t*>& starts, int64_t row_bytes, int64_t qtype, uint8_t* dst) {
+  const int64_t block = block_shape(qtype).second, record = block_shape(qtype + 1000).second;   // 8 rows' record
   const int64_t rows = static_cast<int64_t>(starts.size()), nb = row_bytes / block, groups = (rows + 7) / 8;
-  torch::Tensor out = torch::empty({groups, nb * record}, torch::TensorOptions().dtype(torch::kUInt8));
-  uint8_t* dst = out.data_ptr<uint8_t>();
-  {
-    py::gil_scoped_release unlocked;     // the parts' buffers stay alive: the caller holds them
-    std::vector<uint8_t> zeros(row_bytes, 0);
-    for (int64_t g = 0; g < groups; ++g) {
-      const uint8_t* row[8];
-      for (int r = 0; r < 8; ++r) row[r] = 8 * g + r < rows ? starts[8 * g + r] : zeros.data();
-      for (int64_t b = 0; b < nb; ++b) {
-        uint8_t* rec = dst + (g * nb + b) * record;
-        const uint8_t* at[8];
-        for (int r = 0; r < 8; ++r) at[r] = row[r] + b * block;
-        write_record(rec, at, qtype);
-      }
+  py::gil_scoped_release unlocked;     // the parts' buffers stay alive: the caller holds them
+  std::vector<uint8_t> zeros(row_bytes, 0);
+  for (int64_t g = 0; g < groups; ++g) {
+    const uint8_t* row[8];
+    for (int r = 0; r < 8; ++r) row[r] = 8 * g + r < rows ? starts[8 * g + r] : zeros.data();
+    for (int64_t b = 0; b < nb; ++b) {
+      uint8_t* rec = dst + (g * nb + b) * record;
+      const uint8_t* at[8];
+      for (int r = 0; r < 8; ++r) at[r] = row[r] + b * block;
+      write_record(rec, at, qtype);
     }
   }
+}
+
+// Parts of (rows_i, bytes per row) blocks of `qtype` -> (ceil(rows / 8), records) uint8, rows padded with
+// zero blocks.
+torch::Tensor repack_x8(const std::vector<py::buffer>& parts, int64_t qtype) {
+  const auto [starts, row_bytes] = row_starts(parts, qtype);
+  const auto [groups, width] = records_shape(static_cast<int64_t>(starts.size()), row_bytes, qtype);
+  torch::Tensor out = torch::empty({groups, width}, torch::TensorOptions().dtype(torch::kUInt8));
+  write_records(starts, row_bytes, qtype, out.data_ptr<uint8_t>());
   return out;
+}
+
+// The same records written into `out`, a writable C-contiguous uint8 buffer of records_shape's bytes (a map of
+// the record file: no copy passes through the process's own memory).
+void repack_x8_into(const std::vector<py::buffer>& parts, int64_t qtype, const py::buffer& out) {
+  const auto [starts, row_bytes] = row_starts(parts, qtype);
+  const auto [groups, width] = records_shape(static_cast<int64_t>(starts.size()), row_bytes, qtype);
+  const py::buffer_info o = out.request(true);
+  if (o.itemsize != 1 || o.size != groups * width)
+    throw std::invalid_argument("repack_x8_into: out must hold exactly the records' bytes");
+  write_records(starts, row_bytes, qtype, static_cast<uint8_t*>(o.ptr));
 }
 
 }  // namespace
@@ -144,6 +170,10 @@ torch::Tensor repack_x8(const std::vector<py::buffer>& parts, int64_t qtype) {
 void register_repack(py::module_& m) {
   m.def("repack_x8", &repack_x8, "GGUF block rows, in parts -> X8 records (8 rows side by side; repack.py)",
         py::arg("parts"), py::arg("qtype"));
+  m.def("repack_x8_into", &repack_x8_into, "repack_x8 written into a writable buffer of records_shape's bytes",
+        py::arg("parts"), py::arg("qtype"), py::arg("out"));
+  m.def("records_shape", &records_shape, "(groups, bytes a group) of the X8 records of rows x row_bytes blocks",
+        py::arg("rows"), py::arg("row_bytes"), py::arg("qtype"));
 }
 
 }  // namespace haltwise_native
