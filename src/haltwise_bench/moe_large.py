@@ -22,6 +22,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import math
+import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -47,6 +49,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--haltwise-arg", action="append", default=[], metavar="ARG",
                         help="an extra `haltwise serve` argument (repeatable), e.g. --haltwise-arg=--expert-weights "
                              "--haltwise-arg=resident")
+    parser.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
+                        help="run each server in a new memory cgroup of this many GiB (v1 or v2, where this user "
+                             "may make one): the file is then larger than the memory the servers may use")
     parser.add_argument("--skip-peer", action="store_true", help="haltwise only")
     parser.add_argument("--json", default=None, help="write the records here")
     parser.add_argument("--llama-bin", default=None, help="directory with llama-quantize and llama-server")
@@ -61,7 +66,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"llama.cpp's {', '.join(missing)} not found in {directory}: `make bench-setup` builds them")
         return 2
     progress = Progress()
-    shape, limit = MoeShape(), memory_limit()
+    shape = MoeShape()
+    limit = int(args.memory_limit * 2**30) if args.memory_limit else memory_limit()
     layers = args.layers or layers_for(SHARE * limit, shape, directory, progress)
     path = stacked_file(shape, layers, directory / "llama-quantize", progress)
     size = path.stat().st_size
@@ -72,8 +78,9 @@ def run(args: argparse.Namespace) -> int:
     for turn in range(args.repeats):
         for system in systems[:: 1 if turn % 2 == 0 else -1]:
             progress(f"{system}: start {turn + 1}/{args.repeats}")
-            server = _server(system, path, args, directory)
-            rows[system].append(measure(server, args, bodies[system]))
+            with MemoryGroup(args.memory_limit) as group:
+                server = _server(system, path, args, directory, group.enter)
+                rows[system].append(measure(server, args, bodies[system]))
     print(table(rows, path, size, limit, layers, args))
     common.write_json(args.json, {"benchmark": "moe-large", "environment": common.environment(), "file": str(path),
                                   "file_bytes": size, "layers": layers, "memory_limit": limit,
@@ -88,22 +95,28 @@ def layers_for(target: float, shape: MoeShape, directory: Path, progress) -> int
     return max(1, math.ceil((target - (one - (two - one))) / (two - one)))
 
 
-def _server(system: str, path: Path, args: argparse.Namespace, directory: Path) -> ServerProcess:
+def _server(system: str, path: Path, args: argparse.Namespace, directory: Path, enter: list[str]) -> ServerProcess:
     port = free_port()
     if system == "haltwise":
         cmd = haltwise_server_cmd(port, "auto", False, str(path), ("--threads", str(args.threads), *args.haltwise_arg))
-        return ServerProcess(cmd, port, "haltwise", start_timeout_s=3600.0)
+        return ServerProcess(enter + cmd, port, "haltwise", start_timeout_s=3600.0)
     cmd = llama_cpp.llama_server_cmd(directory, port, path, args.threads, 1, 4096) + llama_cpp.peer_options()
-    return ServerProcess(cmd, port, "llama-server", "/health", start_timeout_s=3600.0)
+    return ServerProcess(enter + cmd, port, "llama-server", "/health", start_timeout_s=3600.0)
 
 
 def measure(server: ServerProcess, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
     available = mem_available()
-    with server:
+    try:
+        server.start()
+    except RuntimeError as e:                       # e.g. killed by the cgroup's OOM killer: a row that says so
+        return {"error": str(e).splitlines()[0], "mem_available_before": available}
+    try:
         ready = status(server.pid)
         load = asyncio.run(run_load(server.base_url, [f"Tell me about number {i}." for i in range(args.requests)],
                                     1, args.max_tokens, extra_body=extra, rounds=args.requests))
         after = status(server.pid)
+    finally:
+        server.stop()
     rates = [(r.completion_tokens - 1) / (r.latency_s - r.ttft_s) for r in load.ok
              if r.ttft_s is not None and r.latency_s > r.ttft_s and r.completion_tokens > 1]
     return {"ready_s": server.ready_s, "mem_available_before": available, "ready": ready, "after": after,
@@ -130,13 +143,17 @@ def mem_available() -> int:
 def table(rows: dict[str, list[dict[str, Any]]], path: Path, size: int, limit: int, layers: int,
           args: argparse.Namespace) -> str:
     gib = lambda n: f"{n / 2**30:.2f}" if n is not None else "-"          # noqa: E731
+    where = "each server's cgroup" if args.memory_limit else "this host's"
     lines = [f"MoE larger than half the memory: {path.name}, {gib(size)} GiB ({layers} layers of Qwen3-30B-A3B's "
-             f"shapes), memory limit {gib(limit)} GiB, {args.threads} threads, {args.requests} x {args.max_tokens} "
+             f"shapes), memory limit {gib(limit)} GiB ({where}), {args.threads} threads, {args.requests} x {args.max_tokens} "
              "tokens", "",
              "| system | start | ready s | RSS ready GiB (anon + file) | RSS after GiB (anon + file) | peak GiB | "
              "decode tok/s | TTFT p50 s | failed |", "|---|---|---|---|---|---|---|---|---|"]
     for system, runs in rows.items():
         for i, r in enumerate(runs):
+            if "error" in r:
+                lines.append(f"| {system} | {i + 1} | {r['error'][:100]} | | | | | | |")
+                continue
             a, b = r["ready"], r["after"]
             lines.append(f"| {system} | {i + 1} | {r['ready_s']:.1f} | {gib(a['VmRSS'])} ({gib(a['RssAnon'])} + "
                          f"{gib(a['RssFile'])}) | {gib(b['VmRSS'])} ({gib(b['RssAnon'])} + {gib(b['RssFile'])}) | "
@@ -147,3 +164,35 @@ def table(rows: dict[str, list[dict[str, Any]]], path: Path, size: int, limit: i
 
 def _f(value: float | None) -> str:
     return "-" if value is None else f"{value:.2f}"
+
+
+class MemoryGroup:
+    """A new memory cgroup limited to `gib` GiB for one server (None: no group): `enter` prefixes its command so
+    the server starts inside it (its threads and page cache charged to it); removed on exit."""
+
+    def __init__(self, gib: float | None):
+        self.gib, self.folder, self.enter = gib, None, []
+
+    def __enter__(self) -> "MemoryGroup":
+        if self.gib is None:
+            return self
+        name = f"haltwise-bench-{os.getpid()}"
+        for root, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
+                                 (Path("/sys/fs/cgroup"), "memory.max")):
+            if (root / limit_file).exists() or (root / "cgroup.subtree_control").exists():
+                self.folder = root / name
+                self.folder.mkdir(exist_ok=True)
+                (self.folder / limit_file).write_text(str(int(self.gib * 2**30)))
+                procs = self.folder / "cgroup.procs"
+                self.enter = ["sh", "-c", f'echo $$ > {procs} && exec "$@"', "sh"]
+                return self
+        raise RuntimeError("no memory cgroup hierarchy to make a group in (/sys/fs/cgroup)")
+
+    def __exit__(self, *exc) -> None:
+        if self.folder is not None:
+            for _ in range(50):                        # the server's last threads leave a moment after it exits
+                try:
+                    self.folder.rmdir()
+                    return
+                except OSError:
+                    time.sleep(0.1)

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from haltwise.engine.expert_weights import expert_bytes, maps_experts, memory_limit
+from haltwise.engine.expert_weights import cgroup_limits, expert_bytes, maps_experts, memory_limit
 from haltwise.kernels.model_plan import plan_model
 from haltwise.kernels.native import build
 from haltwise.kernels.native.gguf_format import GGUFNative
@@ -27,6 +27,28 @@ def test_auto_maps_a_file_larger_than_half_the_memory(tmp_path):
     with pytest.raises(ValueError):
         maps_experts("swap", model)
     assert 0 < memory_limit() <= 2**50
+
+
+def test_the_cgroup_limit_is_the_process_own_groups_or_an_ancestors(tmp_path):
+    """A container's limit: cgroup v1 (memory.limit_in_bytes on the group or a parent) or v2 (memory.max, "max"
+    for none), found from /proc/self/cgroup's paths; another group's limit is not this process's."""
+    def write(path, text):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+    v1, v2 = tmp_path / "memory", tmp_path / "unified"
+    write(v1 / "memory.limit_in_bytes", "9223372036854771712")
+    write(v1 / "pod" / "memory.limit_in_bytes", "8589934592")
+    write(v1 / "pod" / "me" / "memory.limit_in_bytes", "9223372036854771712")
+    write(v1 / "other" / "memory.limit_in_bytes", "1024")
+    write(v2 / "memory.max", "max")
+    write(v2 / "svc" / "memory.max", "4294967296")
+    proc = tmp_path / "cgroup"
+    write(proc, "4:memory:/pod/me\n3:cpu:/other\n0::/svc\n")
+    limits = cgroup_limits(str(proc), (str(v2),), str(v1))
+    assert min(limits) == 4294967296 and 8589934592 in limits and 1024 not in limits
+    write(proc, "4:cpuset,memory:/\n")
+    assert min(cgroup_limits(str(proc), (str(v2),), str(v1))) == 9223372036854771712
+    assert cgroup_limits(str(tmp_path / "missing")) == []
 
 
 def weights_of(linear) -> list[np.ndarray]:

@@ -21,20 +21,49 @@ import os
 from pathlib import Path
 
 EXPERT_WEIGHTS = ("auto", "mapped", "resident")
-_CGROUP_LIMITS = ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes")
+# where the memory controller's hierarchies are mounted: cgroup v2 (alone, or beside v1), then v1's
+_V2_ROOTS, _V1_ROOT = ("/sys/fs/cgroup", "/sys/fs/cgroup/unified"), "/sys/fs/cgroup/memory"
 
 
 def memory_limit() -> int:
-    """Bytes this process may ever have resident: physical memory, or its cgroup's limit when lower."""
-    limit = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
-    for name in _CGROUP_LIMITS:
-        try:
-            text = Path(name).read_text().strip()
-        except OSError:
+    """Bytes this process may ever have resident: physical memory, or its cgroup's limit (its own or an
+    ancestor's) when lower."""
+    return min([os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"), *cgroup_limits()])
+
+
+def cgroup_limits(proc_cgroup: str = "/proc/self/cgroup", v2_roots: tuple[str, ...] = _V2_ROOTS,
+                  v1_root: str = _V1_ROOT) -> list[int]:
+    """The memory limits of this process's cgroup and its ancestors, v2 (memory.max) or v1
+    (memory.limit_in_bytes); "max" and unreadable files are no limit."""
+    try:
+        lines = Path(proc_cgroup).read_text().splitlines()
+    except OSError:
+        return []
+    limits = []
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controllers == "":
+            places = [(Path(root), "memory.max") for root in v2_roots]
+        elif "memory" in controllers.split(","):
+            places = [(Path(v1_root), "memory.limit_in_bytes")]
+        else:
             continue
-        if text.isdigit():                       # "max" (v2) or a huge number (v1) when unlimited
-            limit = min(limit, int(text))
-    return limit
+        for root, name in places:
+            folder = root / path.lstrip("/")
+            for d in (folder, *folder.parents):
+                text = _read(d / name)
+                if text.isdigit():
+                    limits.append(int(text))
+                if d == root:
+                    break
+    return limits
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
 
 
 def maps_experts(setting: str, model_path: Path | None, limit: int | None = None) -> bool:
