@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import math
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -41,7 +42,8 @@ STATUS_KEYS = ("VmRSS", "RssAnon", "RssFile", "VmHWM")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--layers", type=int, default=None,
-                        help=f"MoE layers (default: the fewest making the file > {SHARE * 100:.0f}%% of the memory limit)")
+                        help=f"MoE layers (default: the fewest making the file > {SHARE * 100:.0f}%% of the "
+                             "memory limit)")
     parser.add_argument("--requests", type=int, default=3, help="completions per server, one at a time")
     parser.add_argument("--max-tokens", type=int, default=32)
     parser.add_argument("--repeats", type=int, default=1, help="starts per system (alternating who goes first)")
@@ -52,6 +54,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--memory-limit", type=float, default=None, metavar="GIB",
                         help="run each server in a new memory cgroup of this many GiB (v1 or v2, where this user "
                              "may make one): the file is then larger than the memory the servers may use")
+    parser.add_argument("--start-limit", type=float, default=1800.0, metavar="S",
+                        help="seconds a server may take to be ready (default 1800); past it, its row says so")
     parser.add_argument("--skip-peer", action="store_true", help="haltwise only")
     parser.add_argument("--json", default=None, help="write the records here")
     parser.add_argument("--llama-bin", default=None, help="directory with llama-quantize and llama-server")
@@ -81,10 +85,11 @@ def run(args: argparse.Namespace) -> int:
             with MemoryGroup(args.memory_limit) as group:
                 server = _server(system, path, args, directory, group.enter)
                 rows[system].append(measure(server, args, bodies[system]))
-    print(table(rows, path, size, limit, layers, args))
     common.write_json(args.json, {"benchmark": "moe-large", "environment": common.environment(), "file": str(path),
                                   "file_bytes": size, "layers": layers, "memory_limit": limit,
-                                  "threads": args.threads, "haltwise_args": args.haltwise_arg, "runs": rows})
+                                  "threads": args.threads, "haltwise_args": args.haltwise_arg,
+                                  "memory_cgroup_gib": args.memory_limit, "runs": rows})
+    print(table(rows, path, size, limit, layers, args))
     return 0
 
 
@@ -99,9 +104,9 @@ def _server(system: str, path: Path, args: argparse.Namespace, directory: Path, 
     port = free_port()
     if system == "haltwise":
         cmd = haltwise_server_cmd(port, "auto", False, str(path), ("--threads", str(args.threads), *args.haltwise_arg))
-        return ServerProcess(enter + cmd, port, "haltwise", start_timeout_s=3600.0)
+        return ServerProcess(enter + cmd, port, "haltwise", start_timeout_s=args.start_limit)
     cmd = llama_cpp.llama_server_cmd(directory, port, path, args.threads, 1, 4096) + llama_cpp.peer_options()
-    return ServerProcess(enter + cmd, port, "llama-server", "/health", start_timeout_s=3600.0)
+    return ServerProcess(enter + cmd, port, "llama-server", "/health", start_timeout_s=args.start_limit)
 
 
 def measure(server: ServerProcess, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
@@ -143,10 +148,11 @@ def mem_available() -> int:
 def table(rows: dict[str, list[dict[str, Any]]], path: Path, size: int, limit: int, layers: int,
           args: argparse.Namespace) -> str:
     gib = lambda n: f"{n / 2**30:.2f}" if n is not None else "-"          # noqa: E731
+    mem = lambda m: f"{gib(m.get('VmRSS'))} ({gib(m.get('RssAnon'))} + {gib(m.get('RssFile'))})"  # noqa: E731
     where = "each server's cgroup" if args.memory_limit else "this host's"
     lines = [f"MoE larger than half the memory: {path.name}, {gib(size)} GiB ({layers} layers of Qwen3-30B-A3B's "
-             f"shapes), memory limit {gib(limit)} GiB ({where}), {args.threads} threads, {args.requests} x {args.max_tokens} "
-             "tokens", "",
+             f"shapes), memory limit {gib(limit)} GiB ({where}), {args.threads} threads, {args.requests} x "
+             f"{args.max_tokens} tokens", "",
              "| system | start | ready s | RSS ready GiB (anon + file) | RSS after GiB (anon + file) | peak GiB | "
              "decode tok/s | TTFT p50 s | failed |", "|---|---|---|---|---|---|---|---|---|"]
     for system, runs in rows.items():
@@ -155,10 +161,8 @@ def table(rows: dict[str, list[dict[str, Any]]], path: Path, size: int, limit: i
                 lines.append(f"| {system} | {i + 1} | {r['error'][:100]} | | | | | | |")
                 continue
             a, b = r["ready"], r["after"]
-            lines.append(f"| {system} | {i + 1} | {r['ready_s']:.1f} | {gib(a['VmRSS'])} ({gib(a['RssAnon'])} + "
-                         f"{gib(a['RssFile'])}) | {gib(b['VmRSS'])} ({gib(b['RssAnon'])} + {gib(b['RssFile'])}) | "
-                         f"{gib(b['VmHWM'])} | {_f(r['decode_tokens_per_s'])} | {_f(r['ttft_p50_s'])} | "
-                         f"{r['failed']} |")
+            lines.append(f"| {system} | {i + 1} | {r['ready_s']:.1f} | {mem(a)} | {mem(b)} | {gib(b.get('VmHWM'))} | "
+                         f"{_f(r['decode_tokens_per_s'])} | {_f(r['ttft_p50_s'])} | {r['failed']} |")
     return "\n".join(lines)
 
 
@@ -168,7 +172,9 @@ def _f(value: float | None) -> str:
 
 class MemoryGroup:
     """A new memory cgroup limited to `gib` GiB for one server (None: no group): `enter` prefixes its command so
-    the server starts inside it (its threads and page cache charged to it); removed on exit."""
+    the server starts inside it (its threads and the page cache it reads charged to it); removed on exit. The
+    page cache is dropped first where this user may (root): a page another group read already is not charged
+    again, so without it a server could run on the host's cache beyond its limit."""
 
     def __init__(self, gib: float | None):
         self.gib, self.folder, self.enter = gib, None, []
@@ -176,6 +182,11 @@ class MemoryGroup:
     def __enter__(self) -> "MemoryGroup":
         if self.gib is None:
             return self
+        try:
+            Path("/proc/sys/vm/drop_caches").write_text("3")
+        except OSError:
+            print("note: could not drop the page cache (not root): pages other groups read are not charged",
+                  file=sys.stderr)
         name = f"haltwise-bench-{os.getpid()}"
         for root, limit_file in ((Path("/sys/fs/cgroup/memory"), "memory.limit_in_bytes"),
                                  (Path("/sys/fs/cgroup"), "memory.max")):

@@ -11,9 +11,9 @@ _anonymous) and hand slices of it to the kernels: no regrouping.
     $HALTWISE_CACHE_DIR/records/<gguf stem>-<file id>-<key>.x8     (layout: record_file.py)
 
 Mapped entries (`mapped(name)` true: the routed experts when the engine maps them, engine/expert_weights.py)
-are written to the file as soon as they are made and used as read-only views of it, on the first start and
-every later one: only the pages of experts that tokens touch are resident, and the kernel drops them under
-memory pressure and reads them back. With the cache off (HALTWISE_RECORD_CACHE=0) they go to an unnamed
+are regrouped straight into their place in the file and used from it (a map), on the first start and every
+later one: only the pages of experts that tokens touch are resident, and the kernel drops them under memory
+pressure and reads them back. With the cache off (HALTWISE_RECORD_CACHE=0) they go to an unnamed
 file in the same folder, gone when the process ends. Like a mapped GGUF, a file truncated under a running
 server makes its mapped entries unreadable (SIGBUS): haltwise itself only ever replaces it (rename).
 
@@ -53,9 +53,9 @@ def never(name: str) -> bool:
 
 
 class RecordCache:
-    """get(name, source) -> (records, code) or None; put(...) what was made in memory, make(...) a mapped entry
-    in the file; save() finishes the file if anything was made. Thread-safe: a plan prepares its linears on several threads.
-    mapped(name): whether entry `name` lives in the file (a view of it) rather than in memory."""
+    """get(name, source) -> (records, code) or None; put(...) what was made in memory, make(...) a mapped
+    entry in the file; save() finishes the file if anything was made. Thread-safe: a plan prepares its
+    linears on several threads. mapped(name): whether entry `name` lives in the file rather than in memory."""
 
     def __init__(self, path: Path | None, mapped: Callable[[str], bool] = never):
         self.path = path                                    # None: nothing is read or kept after the process

@@ -98,7 +98,8 @@ def _records(source: LinearSource, run: int, parts: list[np.ndarray], qtype: Q) 
 
 def _tensor(data: np.ndarray) -> torch.Tensor:
     """A uint8 tensor over `data` without a copy. Records mapped on a later start and mapped MXFP4 blocks are
-    read-only views of a file, which torch warns about: the kernels only ever read weights, so the warning is silenced here alone."""
+    read-only views of a file, which torch warns about: the kernels only ever read weights, so the warning
+    is silenced here alone."""
     if data.flags.writeable:
         return torch.from_numpy(data)
     with warnings.catch_warnings():
