@@ -32,7 +32,8 @@ from haltwise.kernels.native import build
 X8 = {Q.Q4_0: 1002, Q.Q4_1: 1003, Q.Q5_0: 1006, Q.Q8_0: 1008, Q.Q4_K: 1012, Q.Q6_K: 1014}
 
 
-def repack_x8(data: np.ndarray | Sequence[np.ndarray], qtype: Q, out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
+def repack_x8(data: np.ndarray | Sequence[np.ndarray], qtype: Q,
+              out: np.ndarray | None = None) -> tuple[np.ndarray, int]:
     """(rows, bytes_per_row) blocks, or parts of them whose rows follow one another (a fused linear's
     shards, so they need no concatenated copy) -> ((ceil(rows / 8), group record bytes) records, X8 code).
     out: a writable array of records_shape's shape to write them into (a map of the record file) instead of
