@@ -8,7 +8,7 @@ and its reader.
 The header comes last, so entries can be written one by one as a plan makes them (`RecordWriter.add`) and
 a mapped entry can be used as soon as it is written: a mixture-of-experts model larger than the memory
 has its experts' records written to the file and mapped from it, never all held in memory at once. A file
-is whole only once `finish()` wrote the footer and renamed it into place: until then it is a temp file
+is whole only once `finish()` wrote the footer, synced it and renamed it into place: until then it is a temp file
 named after its writer's pid (a dead writer's is removed by record_cache._remove_others).
 """
 from __future__ import annotations
@@ -98,7 +98,8 @@ class RecordWriter:
         self._file.write(header + _FOOTER.pack(end, len(header)) + MAGIC)
         self._file.truncate()
         self._file.flush()
-        self._file.close()
+        os.fsync(self._file.fileno())     # on disk before it has its name: a power cut never leaves a named file
+        self._file.close()                # whose entries are zeros (the reader checks the layout, not the bytes)
         os.replace(self.tmp, self.path)
 
     def abandon(self) -> None:
