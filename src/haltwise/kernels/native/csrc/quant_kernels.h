@@ -118,7 +118,8 @@ inline int64_t kv_row_bytes(int format, int64_t D) {
 // scratch (attend_scratch_floats) holds (query vectors + 1) x positions + kAttendExtraScratch floats:
 // scores, V row scales, then a block of one group's weights (8 x kPositionBlock); then each vector's int8
 // query (KV_Q8 scores: q8_query_floats each), a block of V rows as float32 or int16 pairs (kPositionBlock x
-// D), each vector's 1 / softmax total (KV_Q8), and D floats, the scalar path's dequantized row.
+// D), each vector's 1 / softmax total (KV_Q8), and D floats, the scalar path's dequantized row; then (KV_Q8
+// on the 512-bit path) a block of K rows transposed for the scores, 64-byte aligned, and their scales.
 constexpr int64_t kPositionBlock = 128;
 constexpr int64_t kAttendExtraScratch = 8 * kPositionBlock;
 
@@ -128,7 +129,7 @@ constexpr int64_t q8_padded(int64_t D) { return (D + 63) / 64 * 64; }
 constexpr int64_t q8_query_floats(int64_t D) { return 2 + q8_padded(D) / 2; }
 constexpr int64_t attend_scratch_floats(int64_t vectors, int64_t positions, int64_t D) {
   return (vectors + 1) * positions + kAttendExtraScratch + vectors * q8_query_floats(D) + kPositionBlock * D +
-         vectors + D;
+         vectors + D + kPositionBlock * q8_padded(D) / 4 + 16 + kPositionBlock;
 }
 
 // The decode step's float32 math (decode_math.inc documents each).
