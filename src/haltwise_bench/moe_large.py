@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from haltwise.engine.kv_cache import available_ram
 from haltwise_bench import common, llama_cpp
 from haltwise_bench.common import Progress, median
 from haltwise_bench.load_client import run_load
@@ -110,7 +111,7 @@ def _server(system: str, path: Path, args: argparse.Namespace, directory: Path, 
 
 
 def measure(server: ServerProcess, args: argparse.Namespace, extra: dict[str, Any]) -> dict[str, Any]:
-    available = mem_available()
+    available = available_ram()
     try:
         server.start()
     except RuntimeError as e:                       # e.g. killed by the cgroup's OOM killer: a row that says so
@@ -136,13 +137,6 @@ def status(pid: int | None) -> dict[str, int]:
         if key in STATUS_KEYS:
             out[key] = int(value.split()[0]) * 1024
     return out
-
-
-def mem_available() -> int:
-    for line in Path("/proc/meminfo").read_text().splitlines():
-        if line.startswith("MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def table(rows: dict[str, list[dict[str, Any]]], path: Path, size: int, limit: int, layers: int,

@@ -22,7 +22,8 @@ def stacked_file(shape: MoeShape, layers: int, quantize_bin: Path, log=print) ->
     one = build(shape, 1, quantize_bin, log)
     if layers == 1:
         return one
-    out = file_for(shape, layers).with_name(file_for(shape, layers).name.replace("-Q4_K_M", "-stacked-Q4_K_M"))
+    quantized = file_for(shape, layers)
+    out = quantized.with_name(quantized.name.replace("-Q4_K_M", "-stacked-Q4_K_M"))
     if out.is_file():
         return out
     log(f"writing {out.name}: layer 0 of {one.name} x {layers} (gguf package)")
