@@ -65,7 +65,7 @@ RowsKernel rows_kernel(const KernelTable& t, int64_t qtype) {
 
 bool interleaved(int64_t qtype) { return qtype > 1000; }
 
-int64_t round8(int64_t n) { return (n + 7) / 8 * 8; }
+int64_t round16(int64_t n) { return (n + 15) / 16 * 16; }
 
 }  // namespace
 
@@ -185,15 +185,16 @@ ActQ8 Q8Rows::rows(int64_t m0, int64_t n) const {
                qsum16x32.data() + 2 * m0 * nb};
 }
 
-// Interleaved shards cut their part of [b, e) at multiples of 8 (shard-relative), rounding both ends the
-// same way, so neighbouring tasks still partition the rows.
+// Interleaved shards cut their part of [b, e) at multiples of 16 (shard-relative: two groups of 8 rows,
+// which the pair orders, kx8_pairs_*.inc and x8_pairs_zmm.inc, take together), rounding both ends the same
+// way, so neighbouring tasks still partition the rows.
 void linear_rows(const NativeLinear& linear, const ActQ8& act, float* y, int64_t b, int64_t e) {
   for (const Shard& s : linear.shards) {
     int64_t lo = std::max(b, s.n0) - s.n0, hi = std::min(e, s.n1) - s.n0;
     if (lo >= hi) continue;
     if (s.x8) {
-      lo = round8(lo);
-      hi = std::min(round8(hi), s.n1 - s.n0);
+      lo = round16(lo);
+      hi = std::min(round16(hi), s.n1 - s.n0);
       if (lo >= hi) continue;
     }
     s.kernel(s.w, s.row_bytes, act, y + s.n0, linear.N, lo, hi);
