@@ -99,13 +99,36 @@ def test_a_cached_verdict_applies_its_fallbacks_without_verifying_again(monkeypa
 
 
 def test_batch_invariant_linears_are_verified_up_to_64_rows():
-    """Every bucket runs one batch-invariant format (the default plan): 1..64 rows are checked, 7 buckets a
-    linear; the 256-row bucket runs the same code (verify.INVARIANT_ROWS)."""
+    """Every bucket runs one batch-invariant format (the default plan): 1, 2, 4, 8 and 64 rows are checked, 5
+    buckets a linear; the 16-, 32- and 256-row buckets run the same code as 64 (verify.INVARIANT_ROWS,
+    TILE_ROWS)."""
     engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20), tiny=True)
     report = engine.kernel_plan.verified
     layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
     assert report is not None and not report.failures
-    assert report.checked == 7 * len(layers) and BUCKETS[6] == 64
+    assert report.checked == 5 * len(layers) and BUCKETS[6] == 64
+
+
+class RowCounts(type(get("float32-native"))):
+    """float32-native (batch invariant), recording the row count of every call."""
+    name = "test-row-counts"
+    seen: list[int] = []
+
+    def run(self, prepared, x):
+        self.seen.append(x.shape[0])
+        return super().run(prepared, x)
+
+
+def test_an_invariant_linear_runs_the_small_buckets_and_its_top_one():
+    """The buckets between the 8-row tile and the top one are not run; a linear with fewer rows (lm_head:
+    max_rows) stops at its own top bucket, every bucket run."""
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(1))
+    fmt = RowCounts()
+    fmt.seen = []
+    layer = _layer(fmt, w)
+    assert verify_linear(layer, w, _activations(), 64)[1] is None and fmt.seen == [1, 2, 4, 8, 64]
+    fmt.seen = []
+    assert verify_linear(layer, w, _activations(), 5)[1] is None and fmt.seen == [1, 2, 4, 8]
 
 
 @settings(max_examples=200, deadline=None)
