@@ -7,8 +7,6 @@ caught at engine build and the linear falls back to float32-native -- before any
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
@@ -16,8 +14,9 @@ from haltwise.kernels import model_plan, plan
 from haltwise.kernels.formats import LinearFormat, LinearSource, float32_sum_bound, get
 from haltwise.kernels.planned_linear import PlannedLinear
 from haltwise.kernels.plan import BUCKETS
-from haltwise.kernels.verify import CHECK_WEIGHTS, EDGE_ROWS, checked_rows, verify_linear, verify_model
-from tests.kernels.broken_formats import WrongNumbers
+from haltwise.kernels.reference_rows import checked_rows
+from haltwise.kernels.verify import verify_linear, verify_model
+from tests.kernels.broken_formats import WrongInOneTileRow, WrongNumbers
 
 
 class RowCountLeaks(LinearFormat):
@@ -129,33 +128,6 @@ def test_an_invariant_linear_runs_the_small_buckets_and_its_top_one():
     assert verify_linear(layer, w, _activations(), 64)[1] is None and fmt.seen == [1, 2, 4, 8, 64]
     fmt.seen = []
     assert verify_linear(layer, w, _activations(), 5)[1] is None and fmt.seen == [1, 2, 4, 8]
-
-
-@settings(max_examples=200, deadline=None)
-@given(out=st.integers(1, 200_000), k=st.sampled_from([64, 896, 1536, 2048, 8960, 18944]))
-def test_checked_rows_cover_the_edges_and_every_tile_residue(out, k):
-    rows = checked_rows(out, k)
-    assert torch.equal(rows, rows.unique()) and int(rows.min()) == 0 and int(rows.max()) == out - 1
-    if len(rows) < out:                                   # sampled: head and tail tiles whole, every residue
-        assert set(range(EDGE_ROWS)) | set(range(out - EDGE_ROWS, out)) <= set(rows.tolist())
-        assert {r % 64 for r in rows.tolist()} == set(range(64))
-        assert len(rows) * k <= 2 * max(CHECK_WEIGHTS, 4 * EDGE_ROWS * k)
-
-
-class WrongInOneTileRow(LinearFormat):
-    """Right everywhere but the 6th row of every 8-row tile past the first 64 (a tile-indexing slip)."""
-    name, tolerance, batch_invariant = "test-one-tile-row", 1e-5, True
-
-    def prepare(self, source):
-        return source.weight.float()
-
-    def run(self, prepared, x):
-        y = F.linear(x, prepared)
-        y[:, 64 + 5::8] *= 1.01
-        return y
-
-    def error_bound(self, x, weight, abs_dot):
-        return 4 * float32_sum_bound(weight, abs_dot)
 
 
 @pytest.mark.parametrize("fmt, fails", [(WrongInOneTileRow(), True), (get("float32-native"), False)])

@@ -26,6 +26,7 @@ from torch import nn
 from haltwise.kernels.formats import LinearSource
 from haltwise.kernels.plan import BUCKETS, VerifyReport, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
+from haltwise.kernels.reference_rows import checked_rows
 
 log = logging.getLogger("haltwise.kernels")
 # A linear whose every bucket runs a batch-invariant format is checked up to 64 rows: that runs every code
@@ -40,28 +41,6 @@ INVARIANT_ROWS = 64
 # give it (batch invariance, checked per block type and ISA path at 1..257 rows by the test above). The two
 # skipped buckets were ~1 s of the 1.5B's 9-10 s first start.
 TILE_ROWS = 8
-
-# Of a large linear only some output rows are held to the float32 reference (their weights dequantized,
-# their products computed): the first and last EDGE_ROWS (the kernels' head and tail tiles) and an evenly
-# strided sample between them, about CHECK_WEIGHTS weights in all. Every output row runs the same kernel code
-# on its own weights; what differs by position is where a tile or a thread's chunk starts and ends, and an odd
-# stride meets every residue of the 8/16/32/64-row tiles. The kernel's whole output is still checked finite
-# and, for a batch-invariant format, bit-equal across buckets. The 1.5B's first start spent 10 of its 22 s
-# dequantizing and multiplying whole float32 references; this checks ~1/5 of its weights.
-CHECK_WEIGHTS = 2 ** 21
-EDGE_ROWS = 32
-
-
-def checked_rows(out_features: int, in_features: int) -> torch.Tensor:
-    """The output rows of a (out_features, in_features) linear whose values verification checks, ascending."""
-    want = max(CHECK_WEIGHTS // in_features, 4 * EDGE_ROWS)
-    if want >= out_features:
-        return torch.arange(out_features)
-    stride = (out_features - 2 * EDGE_ROWS) // (want - 2 * EDGE_ROWS)
-    stride += 1 - stride % 2                                             # odd: every tile residue is met
-    return torch.cat([torch.arange(EDGE_ROWS), torch.arange(EDGE_ROWS, out_features - EDGE_ROWS, stride),
-                      torch.arange(out_features - EDGE_ROWS, out_features)])
-
 
 def invariant(layer: PlannedLinear) -> bool:
     """Whether every bucket of the linear runs a batch-invariant format (the default plan)."""
