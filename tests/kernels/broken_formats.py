@@ -1,7 +1,7 @@
 """Formats that fail on purpose: the plan must exclude each, whatever its speed."""
 import torch
 
-from haltwise.kernels.formats import LinearFormat
+from haltwise.kernels.formats import LinearFormat, float32_sum_bound
 
 
 class Raises(LinearFormat):
@@ -56,6 +56,23 @@ class Unavailable(LinearFormat):
 
     def run(self, prepared, x):
         raise AssertionError("never called")
+
+
+
+class WrongInOneTileRow(LinearFormat):
+    """Right everywhere but the 6th row of every 8-row tile past the first 64 (a tile-indexing slip)."""
+    name, tolerance, batch_invariant = "test-one-tile-row", 1e-5, True
+
+    def prepare(self, source):
+        return source.weight.float()
+
+    def run(self, prepared, x):
+        y = torch.nn.functional.linear(x, prepared)
+        y[:, 64 + 5::8] *= 1.01
+        return y
+
+    def error_bound(self, x, weight, abs_dot):
+        return 4 * float32_sum_bound(weight, abs_dot)
 
 
 BROKEN = [Raises(), RaisesAtRun(), WrongNumbers(), NaNs(), Unavailable()]

@@ -7,8 +7,6 @@ caught at engine build and the linear falls back to float32-native -- before any
 import pytest
 import torch
 import torch.nn.functional as F
-from hypothesis import given, settings
-from hypothesis import strategies as st
 
 from haltwise.config import EngineConfig
 from haltwise.engine.factory import build_engine
@@ -16,8 +14,9 @@ from haltwise.kernels import model_plan, plan
 from haltwise.kernels.formats import LinearFormat, LinearSource, float32_sum_bound, get
 from haltwise.kernels.planned_linear import PlannedLinear
 from haltwise.kernels.plan import BUCKETS
-from haltwise.kernels.verify import CHECK_WEIGHTS, EDGE_ROWS, checked_rows, verify_linear, verify_model
-from tests.kernels.broken_formats import WrongNumbers
+from haltwise.kernels.reference_rows import checked_rows
+from haltwise.kernels.verify import verify_linear, verify_model
+from tests.kernels.broken_formats import WrongInOneTileRow, WrongNumbers
 
 
 class RowCountLeaks(LinearFormat):
@@ -99,40 +98,36 @@ def test_a_cached_verdict_applies_its_fallbacks_without_verifying_again(monkeypa
 
 
 def test_batch_invariant_linears_are_verified_up_to_64_rows():
-    """Every bucket runs one batch-invariant format (the default plan): 1..64 rows are checked, 7 buckets a
-    linear; the 256-row bucket runs the same code (verify.INVARIANT_ROWS)."""
+    """Every bucket runs one batch-invariant format (the default plan): 1, 2, 4, 8 and 64 rows are checked, 5
+    buckets a linear; the 16-, 32- and 256-row buckets run the same code as 64 (verify.INVARIANT_ROWS,
+    TILE_ROWS)."""
     engine = build_engine(engine_config=EngineConfig(dtype="auto", kv_cache_memory=4 * 2**20), tiny=True)
     report = engine.kernel_plan.verified
     layers = [m for m in engine.runner.model.modules() if isinstance(m, PlannedLinear)]
     assert report is not None and not report.failures
-    assert report.checked == 7 * len(layers) and BUCKETS[6] == 64
+    assert report.checked == 5 * len(layers) and BUCKETS[6] == 64
 
 
-@settings(max_examples=200, deadline=None)
-@given(out=st.integers(1, 200_000), k=st.sampled_from([64, 896, 1536, 2048, 8960, 18944]))
-def test_checked_rows_cover_the_edges_and_every_tile_residue(out, k):
-    rows = checked_rows(out, k)
-    assert torch.equal(rows, rows.unique()) and int(rows.min()) == 0 and int(rows.max()) == out - 1
-    if len(rows) < out:                                   # sampled: head and tail tiles whole, every residue
-        assert set(range(EDGE_ROWS)) | set(range(out - EDGE_ROWS, out)) <= set(rows.tolist())
-        assert {r % 64 for r in rows.tolist()} == set(range(64))
-        assert len(rows) * k <= 2 * max(CHECK_WEIGHTS, 4 * EDGE_ROWS * k)
-
-
-class WrongInOneTileRow(LinearFormat):
-    """Right everywhere but the 6th row of every 8-row tile past the first 64 (a tile-indexing slip)."""
-    name, tolerance, batch_invariant = "test-one-tile-row", 1e-5, True
-
-    def prepare(self, source):
-        return source.weight.float()
+class RowCounts(type(get("float32-native"))):
+    """float32-native (batch invariant), recording the row count of every call."""
+    name = "test-row-counts"
+    seen: list[int] = []
 
     def run(self, prepared, x):
-        y = F.linear(x, prepared)
-        y[:, 64 + 5::8] *= 1.01
-        return y
+        self.seen.append(x.shape[0])
+        return super().run(prepared, x)
 
-    def error_bound(self, x, weight, abs_dot):
-        return 4 * float32_sum_bound(weight, abs_dot)
+
+def test_an_invariant_linear_runs_the_small_buckets_and_its_top_one():
+    """The buckets between the 8-row tile and the top one are not run; a linear with fewer rows (lm_head:
+    max_rows) stops at its own top bucket, every bucket run."""
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(1))
+    fmt = RowCounts()
+    fmt.seen = []
+    layer = _layer(fmt, w)
+    assert verify_linear(layer, w, _activations(), 64)[1] is None and fmt.seen == [1, 2, 4, 8, 64]
+    fmt.seen = []
+    assert verify_linear(layer, w, _activations(), 5)[1] is None and fmt.seen == [1, 2, 4, 8]
 
 
 @pytest.mark.parametrize("fmt, fails", [(WrongInOneTileRow(), True), (get("float32-native"), False)])

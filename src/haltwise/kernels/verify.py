@@ -26,6 +26,7 @@ from torch import nn
 from haltwise.kernels.formats import LinearSource
 from haltwise.kernels.plan import BUCKETS, VerifyReport, bucket_index
 from haltwise.kernels.planned_linear import PlannedLinear
+from haltwise.kernels.reference_rows import checked_rows
 
 log = logging.getLogger("haltwise.kernels")
 # A linear whose every bucket runs a batch-invariant format is checked up to 64 rows: that runs every code
@@ -34,27 +35,23 @@ log = logging.getLogger("haltwise.kernels")
 # tests/kernels/native/test_batch_invariance.py checks per block type and ISA path at 1..257 rows), so
 # the same bound. The 256-row bucket was half of the 1.5B's verification (a first start: 14 of 30 s).
 INVARIANT_ROWS = 64
+# Of those buckets, a batch-invariant linear runs the ones of at most TILE_ROWS rows and its top one: every
+# kernel's row-count thresholds are at most 16 (tiles of 1-8 rows; the pair and span orders from 8 or 16
+# rows), so the top bucket runs the code the 16- and 32-row buckets run, and gives each row the bits they
+# give it (batch invariance, checked per block type and ISA path at 1..257 rows by the test above). The two
+# skipped buckets were ~1 s of the 1.5B's 9-10 s first start.
+TILE_ROWS = 8
 
-# Of a large linear only some output rows are held to the float32 reference (their weights dequantized,
-# their products computed): the first and last EDGE_ROWS (the kernels' head and tail tiles) and an evenly
-# strided sample between them, about CHECK_WEIGHTS weights in all. Every output row runs the same kernel code
-# on its own weights; what differs by position is where a tile or a thread's chunk starts and ends, and an odd
-# stride meets every residue of the 8/16/32/64-row tiles. The kernel's whole output is still checked finite
-# and, for a batch-invariant format, bit-equal across buckets. The 1.5B's first start spent 10 of its 22 s
-# dequantizing and multiplying whole float32 references; this checks ~1/5 of its weights.
-CHECK_WEIGHTS = 2 ** 21
-EDGE_ROWS = 32
+def invariant(layer: PlannedLinear) -> bool:
+    """Whether every bucket of the linear runs a batch-invariant format (the default plan)."""
+    return all(layer.by_bucket(b)[0].batch_invariant for b in range(len(BUCKETS)))
 
 
-def checked_rows(out_features: int, in_features: int) -> torch.Tensor:
-    """The output rows of a (out_features, in_features) linear whose values verification checks, ascending."""
-    want = max(CHECK_WEIGHTS // in_features, 4 * EDGE_ROWS)
-    if want >= out_features:
-        return torch.arange(out_features)
-    stride = (out_features - 2 * EDGE_ROWS) // (want - 2 * EDGE_ROWS)
-    stride += 1 - stride % 2                                             # odd: every tile residue is met
-    return torch.cat([torch.arange(EDGE_ROWS), torch.arange(EDGE_ROWS, out_features - EDGE_ROWS, stride),
-                      torch.arange(out_features - EDGE_ROWS, out_features)])
+def checked_buckets(layer: PlannedLinear, max_rows: int | None = None) -> list[int]:
+    """The bucket indices verification runs for a linear that sees at most max_rows rows."""
+    last = bucket_index(max_rows) if max_rows else len(BUCKETS) - 1
+    every = not invariant(layer)
+    return [b for b in range(last + 1) if every or BUCKETS[b] <= TILE_ROWS or b == last]
 
 
 def _rows(captured: torch.Tensor, rows: int) -> torch.Tensor:
@@ -66,8 +63,8 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
                   max_rows: int | None = None, out_rows: torch.Tensor | None = None) -> tuple[float, str | None]:
     """(worst error / bound, why it failed or None) over the buckets this linear sees. weight: the float32
     weights of the output rows `out_rows` (None: all of them, in order), the ones whose values are checked."""
-    last = bucket_index(max_rows) if max_rows else len(BUCKETS) - 1
-    top = BUCKETS[last]
+    buckets = checked_buckets(layer, max_rows)
+    top = BUCKETS[buckets[-1]]
     x = _rows(captured, top)
     unique = captured[:top]                              # x repeats these rows: reference and bounds (row-wise)
     w = weight.float()                                  # are computed once per distinct row, then tiled
@@ -76,7 +73,7 @@ def verify_linear(layer: PlannedLinear, weight: torch.Tensor, captured: torch.Te
     bounds: dict[str, torch.Tensor] = {}
     outputs: dict[str, torch.Tensor] = {}
     worst = 0.0
-    for b in range(last + 1):
+    for b in buckets:
         fmt, prepared = layer.by_bucket(b)
         if fmt.name not in bounds:
             bounds[fmt.name] = _rows(fmt.error_bound(unique, w, abs_unique), top)
@@ -113,14 +110,14 @@ def verify_model(model: nn.Module, sources: dict[str, LinearSource], captured: d
             continue
         source = sources[name]
         rows = min(source.max_rows or BUCKETS[-1], max_rows)
-        if all(layer.by_bucket(b)[0].batch_invariant for b in range(len(BUCKETS))):
+        if invariant(layer):
             rows = min(rows, INVARIANT_ROWS)
         out_rows = checked_rows(*source.shape)
         weight = source.weight_rows(out_rows) if len(out_rows) < source.shape[0] else source.weight
         worst, why = verify_linear(layer, weight, captured[name], rows,
                                    out_rows if len(out_rows) < source.shape[0] else None)
         source.release()
-        report.checked += bucket_index(rows) + 1
+        report.checked += len(checked_buckets(layer, rows))
         report.worst = max(report.worst, worst if why is None else report.worst)
         if why is not None:
             report.failures[name] = why
