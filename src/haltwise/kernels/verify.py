@@ -3,11 +3,11 @@
 When a plan is measured (and once for a cached plan that carries no verdict), before any request:
   1. models/calibration.py runs the planned model once (Python layers) over a calibration text and
      records each linear's input rows -- the model's real activations, outlier channels included.
-  2. `verify_linear` runs the linear's planned format at every row bucket it can see (rows tiled from the
-     captured ones up to 256, 64 for batch-invariant formats: INVARIANT_ROWS; lm_head up to its max_rows)
-     and holds each output to the format's own
-     `error_bound` against float32 F.linear (on a large linear, a sample of its output rows: checked_rows). A batch-invariant format must also give every row the same
-     bits at every bucket (the same rows alone, 2 at a time, ..., 256 at a time).
+  2. `verify_linear` runs the linear's planned format at the row buckets it can see (rows tiled from the
+     captured ones up to 256; for batch-invariant formats 1, 2, 4, 8 and 64: INVARIANT_ROWS, TILE_ROWS;
+     lm_head up to its max_rows) and holds each output to the format's own `error_bound` against float32
+     F.linear (on a large linear, a sample of its output rows: reference_rows.checked_rows). A
+     batch-invariant format must also give every row the same bits at every bucket it runs.
   3. A linear that fails is re-planned onto float32-native (else float32) for every bucket, with a warning
      naming the cell and the error.
 The reference and the bound are computed once per linear, at the largest bucket; a smaller bucket's rows
